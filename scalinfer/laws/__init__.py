@@ -1,0 +1,94 @@
+"""Closed forms of MATH.md as pure JAX functions: no sampling, no I/O.
+
+One module per section of MATH.md; every function takes and returns arrays, broadcasts over its
+arguments, jits and vmaps, and keeps its inputs' dtype (enable float64 with
+``jax.config.update("jax_enable_x64", True)`` for N ~ 1e12). Models, predictions and plots build on
+these.
+
+- `chinchilla`: loss against (N, D) and the compute-optimal allocation (section 1);
+- `wsd`: loss along one WSD run against tokens (section 2);
+- `lr`: the LR valley and the eta*(N, D) law (sections 3-4);
+- `batch`: steps/tokens to a target loss against batch size, OpenAI's model, the gradient noise
+  scale, the paper's piecewise E(S), the noise-floor surface (section 5);
+- `peers`: published eta* and B* laws to compare against (section 4).
+"""
+
+from scalinfer.laws.batch import (
+    GradNoiseScale,
+    WsdPiecewiseCoefficients,
+    b_simple_from_grad_norms,
+    batch_crit_openai,
+    batch_min_floor,
+    batch_opt_floor,
+    loss_noise_floor,
+    steps_min_floor,
+    steps_openai,
+    steps_opt_floor,
+    steps_to_target_floor,
+    tokens_at_steps_openai,
+    tokens_floor,
+    tokens_min_floor,
+    tokens_openai,
+    tokens_to_target_floor,
+    tokens_wsd_piecewise,
+    wsd_piecewise_coefficients,
+)
+from scalinfer.laws.chinchilla import ComputeOptimal, compute_optimal, log_loss_chinchilla, loss_chinchilla
+from scalinfer.laws.lr import log_lr_opt_law, loss_lr_valley, loss_lr_valley_asymmetric, lr_opt_law
+from scalinfer.laws.peers import (
+    BASELINES,
+    Baseline,
+    compute_6nd,
+    deepseek_batch_opt,
+    deepseek_flops_per_token,
+    deepseek_lr_opt,
+    step_law_batch_opt,
+    step_law_lr_opt,
+    zhou_lr_opt,
+)
+from scalinfer.laws.wsd import loss_wsd, tokens_to_target_wsd
+
+__all__ = [
+    # chinchilla (section 1)
+    "loss_chinchilla",
+    "log_loss_chinchilla",
+    "compute_optimal",
+    "ComputeOptimal",
+    # wsd (section 2)
+    "loss_wsd",
+    "tokens_to_target_wsd",
+    # lr (sections 3-4)
+    "loss_lr_valley",
+    "loss_lr_valley_asymmetric",
+    "lr_opt_law",
+    "log_lr_opt_law",
+    # batch (section 5)
+    "steps_openai",
+    "tokens_openai",
+    "tokens_at_steps_openai",
+    "batch_crit_openai",
+    "b_simple_from_grad_norms",
+    "GradNoiseScale",
+    "wsd_piecewise_coefficients",
+    "WsdPiecewiseCoefficients",
+    "tokens_wsd_piecewise",
+    "loss_noise_floor",
+    "batch_min_floor",
+    "steps_min_floor",
+    "tokens_floor",
+    "steps_opt_floor",
+    "batch_opt_floor",
+    "tokens_min_floor",
+    "steps_to_target_floor",
+    "tokens_to_target_floor",
+    # peers (section 4)
+    "step_law_lr_opt",
+    "step_law_batch_opt",
+    "deepseek_lr_opt",
+    "deepseek_batch_opt",
+    "deepseek_flops_per_token",
+    "compute_6nd",
+    "zhou_lr_opt",
+    "Baseline",
+    "BASELINES",
+]
