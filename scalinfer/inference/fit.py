@@ -1,0 +1,356 @@
+"""Fitting a model to a run table, and the `Fit` object that holds the posterior.
+
+A `Fit` wraps an ArviZ DataTree with the groups ``posterior`` (sampled and natural-scale parameters),
+``sample_stats`` (divergences, tree sizes...), ``log_likelihood``, ``observed_data`` and ``constant_data``
+(the model's inputs and centering constants), and root attributes naming the model, its version, the method
+and the scalinfer version. It saves as one netCDF file and reopens without refitting.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scalinfer import __version__
+from scalinfer.errors import FitFileError, ModelError
+from scalinfer.inference.runtime import chain_method_for, prepare_runtime
+from scalinfer.models import get_model
+from scalinfer.models.base import Model
+from scalinfer.predict import Prediction
+from scalinfer.runs.schema import RunTable
+
+__all__ = ["Fit", "fit", "load_fit", "FILE_FORMAT", "METHODS"]
+
+FILE_FORMAT = "scalinfer.fit/1"
+METHODS = ("nuts", "map", "laplace", "bootstrap")
+#: thresholds of the diagnostics that `Fit.warnings` reports
+RHAT_MAX, ESS_MIN = 1.01, 400
+
+
+def _log(msg: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"scalinfer: {msg}", file=sys.stderr, flush=True)
+
+
+def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = None, chains: int = 4,
+        warmup: int = 500, samples: int = 500, seed: int = 0, dense_mass: bool | None = None,
+        target_accept: float = 0.9, quiet: bool = True, **options: Any) -> Fit:
+    """Fit `model` to `runs` and return a `Fit`.
+
+    Parameters
+    ----------
+    runs : a `RunTable` (see `scalinfer.load_runs`).
+    model : a model name (`scalinfer.models.MODEL_NAMES`) or a `Model`.
+    method : ``"nuts"`` (default for Bayesian models), ``"map"`` (the mode, no intervals), ``"laplace"``
+        (Gaussian around the mode: fast, approximate intervals) or the model's own (``classic``: bootstrap).
+    chains, warmup, samples : NUTS settings (``samples`` draws per chain after ``warmup``).
+    seed : everything random follows from it.
+    dense_mass : dense mass matrix (default: the model's preference).
+    options : passed to the model's constructor-free settings (e.g. ``n_kind``), if it takes any.
+    """
+    prepare_runtime(chains)
+    m = get_model(model)
+    if options:
+        m = m.with_options(**options) if hasattr(m, "with_options") else m
+        if not hasattr(m, "with_options"):
+            raise ModelError(f"model {m.name!r} takes no options (got {', '.join(options)})")
+    method = method or m.default_method
+    if method not in METHODS:
+        raise ModelError(f"unknown method {method!r} (one of: {', '.join(METHODS)})")
+    t0 = time.perf_counter()
+    data, constants = m.prepare(runs)
+    if hasattr(m, "fit_draws") and method == m.default_method and m.default_method != "nuts":
+        draws, stats = m.fit_draws(data, constants, samples=samples * chains, seed=seed)
+        tree = _to_tree(m, runs, data, constants, {k: v[None] for k, v in draws.items()}, stats, None, method)
+        return Fit(tree, timings={"total_s": time.perf_counter() - t0})
+    if method == "bootstrap":
+        raise ModelError(f"model {m.name!r} is Bayesian: use --method nuts, map or laplace")
+
+    from scalinfer.inference.optimize import find_map, laplace_draws
+
+    kwargs = m.model_kwargs(data, constants)
+    _log(f"{m.name}: {len(runs)} runs; finding the posterior mode", quiet)
+    point = find_map(m.model, kwargs, m.init_values(data, constants), seed=seed)
+    t_map = time.perf_counter() - t0
+    extra: dict[str, Any] = {"map_converged": int(point.converged)}
+    if method == "map":
+        draws = {k: np.asarray(v)[None, None] for k, v in point.params.items()}
+        tree = _to_tree(m, runs, data, constants, draws, None, kwargs, method, extra)
+        return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map})
+    if method == "laplace":
+        d, _ = laplace_draws(point, samples * chains, seed=seed)
+        draws = {k: v.reshape(chains, samples, *v.shape[1:]) for k, v in d.items()}
+        tree = _to_tree(m, runs, data, constants, draws, None, kwargs, method, extra)
+        return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map})
+
+    import jax
+    from numpyro.infer import MCMC, NUTS
+
+    # start each chain at a different point of the Laplace approximation (over-dispersed a little), so
+    # that R-hat can tell if chains disagree; fall back to jitter around the mode
+    try:
+        _, flat = laplace_draws(point, chains, seed=seed + 1)
+    except ModelError:
+        from jax.flatten_util import ravel_pytree
+        z0, _ = ravel_pytree(point.z)
+        flat = np.asarray(z0)[None] + 0.05 * np.random.default_rng(seed).normal(size=(chains, z0.shape[0]))
+    init = jax.vmap(point.unravel)(flat) if chains > 1 else point.unravel(flat[0])
+    dense = getattr(m, "dense_mass", True) if dense_mass is None else dense_mass
+    kernel = NUTS(m.model, dense_mass=dense, target_accept_prob=target_accept)
+    mcmc = MCMC(kernel, num_warmup=warmup, num_samples=samples, num_chains=chains,
+                chain_method=chain_method_for(chains), progress_bar=not quiet and sys.stderr.isatty())
+    _log(f"{m.name}: NUTS, {chains} chains x ({warmup} warmup + {samples} draws)", quiet)
+    t1 = time.perf_counter()
+    mcmc.run(jax.random.PRNGKey(seed), init_params=init,
+             extra_fields=("diverging", "num_steps", "accept_prob", "energy"), **kwargs)
+    draws = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    stats = {k: np.asarray(v) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
+    t_nuts = time.perf_counter() - t1
+    tree = _to_tree(m, runs, data, constants, draws, stats, kwargs, method, extra)
+    return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map, "nuts_s": t_nuts})
+
+
+def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, method, extra=None):
+    """Assemble the DataTree: posterior (+ derived natural-scale parameters), stats, log-likelihood, data."""
+    from arviz_base import from_dict
+
+    chains, n = next(iter(draws.values())).shape[:2]
+    flat = {k: v.reshape(chains * n, *v.shape[2:]) for k, v in draws.items()}
+    for k, v in m.derived(flat, constants).items():
+        draws[k] = np.asarray(v).reshape(chains, n, *np.shape(v)[1:])
+    groups: dict[str, dict[str, Any]] = {"posterior": draws}
+    if stats:
+        groups["sample_stats"] = {
+            "diverging": stats["diverging"].astype(bool), "n_steps": stats["num_steps"],
+            "acceptance_rate": stats["accept_prob"], "energy": stats["energy"]}
+    if kwargs is not None:
+        groups["log_likelihood"] = _log_likelihood(m, kwargs, draws)
+    observed = {k: v for k, v in data.items() if k in getattr(m, "observed", ("log_loss",))}
+    if observed:
+        groups["observed_data"] = observed
+    groups["constant_data"] = {
+        **{k: v for k, v in data.items() if k not in observed},
+        **{f"const_{k}": np.asarray(v) for k, v in constants.items()},
+        **{f"run_{c}": runs.df[c].to_numpy() for c in _run_columns(runs)},
+    }
+    attrs = {"/": {
+        "file_format": FILE_FORMAT, "scalinfer_version": __version__, "model": m.name,
+        "model_version": m.version, "method": method, "n_runs": len(runs), "source": str(runs.source),
+        "table_kind": runs.kind, "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        **{k: v for k, v in (extra or {}).items()},
+        **{f"meta_{k}": str(v) for k, v in runs.meta.items()},
+    }}
+    dims = dict(getattr(m, "dims", {}))
+    for k in groups["constant_data"]:
+        if k.startswith("run_"):
+            dims[k] = ["run"]
+    return from_dict(groups, dims=dims, coords=getattr(m, "coords", lambda d, c: {})(data, constants) or None,
+                     attrs=attrs, check_conventions=False)
+
+
+def _run_columns(runs: RunTable) -> list[str]:
+    keep = ["run_id", "N", "N_total", "N_active", "D", "loss", "lr", "batch_tokens", "steps", "diverged",
+            "group", "step", "target_loss", "steps_to_target", "tokens_to_target"]
+    out = []
+    for c in keep:
+        if c in runs.df.columns and not runs.df[c].isna().all():
+            out.append(c)
+    return out
+
+
+def _log_likelihood(m: Model, kwargs, draws) -> dict[str, np.ndarray]:
+    from numpyro.infer.util import log_likelihood
+
+    sampled = {k: v for k, v in draws.items() if k in _sample_sites(m, kwargs)}
+    ll = log_likelihood(m.model, sampled, batch_ndims=2, **kwargs)
+    return {k: np.asarray(v) for k, v in ll.items()}
+
+
+def _sample_sites(m: Model, kwargs) -> set[str]:
+    import jax
+    from numpyro import handlers
+
+    tr = handlers.trace(handlers.seed(m.model, jax.random.PRNGKey(0))).get_trace(**kwargs)
+    return {k for k, s in tr.items() if s["type"] in ("sample", "deterministic") and not s.get("is_observed")}
+
+
+class Fit:
+    """A fitted model: the posterior (an ArviZ DataTree) and what can be asked of it.
+
+    Examples
+    --------
+    >>> fit = scalinfer.fit(runs, model="chinchilla")           # doctest: +SKIP
+    >>> fit.summary()["alpha"]["q50"]                            # doctest: +SKIP
+    >>> fit.predict(N=7e10, D=1.4e12).to_dict()["loss"]          # doctest: +SKIP
+    """
+
+    def __init__(self, tree, timings: dict[str, float] | None = None):
+        self.tree = tree
+        self.timings = dict(timings or {})
+        self.model = get_model(self.attrs["model"])
+
+    # ---- what it holds -------------------------------------------------------------------------------
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return dict(self.tree.attrs)
+
+    @property
+    def method(self) -> str:
+        return str(self.attrs["method"])
+
+    @property
+    def posterior(self):
+        return self.tree["posterior"].to_dataset()
+
+    @property
+    def constants(self) -> dict[str, float]:
+        cd = self.tree["constant_data"].to_dataset()
+        return {k[len("const_"):]: float(cd[k].values) for k in cd.data_vars if k.startswith("const_")}
+
+    @property
+    def runs(self) -> pd.DataFrame:
+        """The run table the model was fit to (its used rows)."""
+        cd = self.tree["constant_data"].to_dataset()
+        return pd.DataFrame({k[len("run_"):]: cd[k].values for k in cd.data_vars if k.startswith("run_")})
+
+    def draws(self, names=None) -> dict[str, np.ndarray]:
+        """Posterior draws flattened over chains: name -> (n_draws, ...)."""
+        post = self.posterior
+        names = list(post.data_vars) if names is None else names
+        return {k: post[k].values.reshape(-1, *post[k].shape[2:]) for k in names}
+
+    # ---- diagnostics -----------------------------------------------------------------------------------
+    def scalar_names(self) -> list[str]:
+        post = self.posterior
+        return [k for k in post.data_vars if post[k].ndim == 2]
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per scalar parameter: mean, sd, q05, q50, q95, r_hat, ess_bulk (NaN where not defined)."""
+        post = self.posterior
+        names = self.scalar_names()
+        n_chains, n_draws = post.sizes["chain"], post.sizes["draw"]
+        rhat = ess = None
+        if n_chains > 1 and n_draws > 3:
+            from arviz_stats import ess as _ess, rhat as _rhat
+            rhat = _rhat(post[names], sample_dims=["chain", "draw"])
+            ess = _ess(post[names], sample_dims=["chain", "draw"], method="bulk")
+        out = {}
+        for k in names:
+            v = post[k].values.ravel()
+            q = np.quantile(v, [0.05, 0.5, 0.95])
+            out[k] = {"mean": float(v.mean()), "sd": float(v.std(ddof=1)) if v.size > 1 else float("nan"),
+                      "q05": float(q[0]), "q50": float(q[1]), "q95": float(q[2]),
+                      "r_hat": float(rhat[k]) if rhat is not None else float("nan"),
+                      "ess_bulk": float(ess[k]) if ess is not None else float("nan")}
+        return out
+
+    @property
+    def divergences(self) -> int:
+        if "sample_stats" not in self.tree.children:
+            return 0
+        return int(self.tree["sample_stats"]["diverging"].values.sum())
+
+    def warnings(self, summary: dict | None = None) -> list[str]:
+        """What a careful reader must know before trusting this fit (empty when all is well)."""
+        out = []
+        s = self.summary() if summary is None else summary
+        if self.method == "map":
+            out.append("method=map: a point estimate; intervals are zero-width and say nothing of uncertainty")
+        elif self.method == "laplace":
+            out.append("method=laplace: intervals are a Gaussian approximation at the mode; check with nuts")
+        if self.attrs.get("map_converged", 1) == 0:
+            out.append("the posterior-mode search did not converge")
+        if self.method == "nuts":
+            n = self.posterior.sizes["chain"] * self.posterior.sizes["draw"]
+            if self.divergences:
+                out.append(f"{self.divergences} divergent transitions of {n} ({100 * self.divergences / n:.2g}%): "
+                           "the posterior may be biased where the sampler could not go")
+            bad = {k: v["r_hat"] for k, v in s.items() if np.isfinite(v["r_hat"]) and v["r_hat"] > RHAT_MAX}
+            if bad:
+                worst = max(bad, key=bad.get)
+                out.append(f"R-hat above {RHAT_MAX} for {len(bad)} parameter(s) (worst {worst}: {bad[worst]:.3f}): "
+                           "chains disagree; run longer or reparameterize")
+            low = {k: v["ess_bulk"] for k, v in s.items() if np.isfinite(v["ess_bulk"]) and v["ess_bulk"] < ESS_MIN}
+            if low:
+                worst = min(low, key=low.get)
+                out.append(f"bulk ESS below {ESS_MIN} for {len(low)} parameter(s) (worst {worst}: {low[worst]:.0f})")
+        out.extend(getattr(self.model, "fit_warnings", lambda f: [])(self))
+        return out
+
+    def summary_dict(self) -> dict[str, Any]:
+        """The `scalinfer summary --json` object."""
+        s = self.summary()
+        return {"model": self.attrs["model"], "method": self.method, "n_runs": int(self.attrs["n_runs"]),
+                "divergences": self.divergences, "parameters": s, **s, "warnings": self.warnings(s)}
+
+    # ---- answers -----------------------------------------------------------------------------------------
+    def predict(self, ci: float = 0.9, **targets: Any) -> Prediction:
+        """Posterior draws and intervals of the model's quantities at `targets` (e.g. ``N=1e9, D=2e10``)."""
+        if not 0 < ci < 1:
+            raise ModelError(f"ci must be between 0 and 1, got {ci}")
+        missing = [t for t in self.model.targets if targets.get(t) is None and t in self.model.required_targets()] \
+            if hasattr(self.model, "required_targets") else []
+        if missing:
+            raise ModelError(f"model {self.model.name!r} needs target(s) {', '.join(missing)}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # overflow of unreachable targets -> inf, reported
+            draws = self.model.predict(self.draws(), self.constants, **targets)
+        units = {k: self.model.predicts.get(k, "") for k in draws}
+        return Prediction(draws=draws, units=units, targets=targets, ci=ci,
+                          extrapolation=self.model.extrapolation(self.constants, **targets),
+                          warnings=tuple(self.warnings()))
+
+    # ---- files -------------------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the fit as one netCDF file, atomically (a temp file in the same folder, then rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            self.tree.to_netcdf(tmp, engine="h5netcdf")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    def __repr__(self) -> str:
+        return (f"<Fit {self.attrs['model']} by {self.method}: {self.attrs['n_runs']} runs, "
+                f"{self.posterior.sizes['chain']}x{self.posterior.sizes['draw']} draws>")
+
+
+def load_fit(path: str | os.PathLike) -> Fit:
+    """Reopen a fit saved by `Fit.save`. Raises `FitFileError` naming the problem if it is not one."""
+    import xarray as xr
+
+    path = Path(path)
+    if not path.exists():
+        raise FitFileError(f"{path}: no such file")
+    try:
+        tree = xr.open_datatree(path, engine="h5netcdf").load()
+    except Exception as e:  # h5py/xarray raise many types for a file that is not netCDF
+        raise FitFileError(f"{path}: not a netCDF fit file ({type(e).__name__}: {e})") from None
+    fmt = tree.attrs.get("file_format")
+    if fmt is None:
+        raise FitFileError(f"{path}: a netCDF file, but not written by scalinfer (no 'file_format' attribute)")
+    if fmt != FILE_FORMAT:
+        raise FitFileError(f"{path}: file format {fmt!r}; this scalinfer ({__version__}) reads {FILE_FORMAT!r}")
+    for g in ("posterior", "constant_data"):
+        if g not in tree.children:
+            raise FitFileError(f"{path}: the {g!r} group is missing")
+    model = get_model(str(tree.attrs.get("model")))
+    if str(tree.attrs.get("model_version")) != model.version:
+        raise FitFileError(
+            f"{path}: written by model {model.name!r} version {tree.attrs.get('model_version')}, this scalinfer "
+            f"has version {model.version}; refit with this version")
+    return Fit(tree)

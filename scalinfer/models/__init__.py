@@ -1,0 +1,46 @@
+"""The models, by name. Each lives in its own module with its math in the docstring.
+
+=================  ==========================================================================================
+name               what it fits
+=================  ==========================================================================================
+``chinchilla``     L(N, D) = E + A N^-alpha + B D^-beta, in log space (MATH.md section 1)
+``surface``        loss over (N, D, LR, B) with valleys around eta*(N, D, B) and B*(N, D) (sections 3-4)
+``classic``        per-setting quadratic vertex in log LR, then OLS of log eta* on log N, log D (bootstrap)
+``batch-openai``   steps to target S = S_min (1 + B_crit / B) (section 5, McCandlish et al.)
+``batch-wsd``      the piecewise E(S) of the batch-size paper, continuous at the breakpoints (section 5)
+``batch-floor``    the noise-floor surface L(S; B) = L_inf + a S^-alpha + c / B on loss curves (section 5)
+=================  ==========================================================================================
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from scalinfer.errors import ModelError
+from scalinfer.models.base import Model
+
+__all__ = ["Model", "get_model", "MODEL_NAMES"]
+
+# name -> "module:attribute"; imported on first use so `import scalinfer` stays light
+_REGISTRY = {
+    "chinchilla": "scalinfer.models.chinchilla:MODEL",
+    "surface": "scalinfer.models.surface:MODEL",
+    "classic": "scalinfer.models.classic:MODEL",
+    "batch-openai": "scalinfer.models.batch:OPENAI",
+    "batch-wsd": "scalinfer.models.batch:WSD",
+    "batch-floor": "scalinfer.models.batch:FLOOR",
+}
+MODEL_NAMES = tuple(_REGISTRY)
+
+
+def get_model(name: str | Model) -> Model:
+    """The model registered under `name` (a `Model` instance passes through)."""
+    if isinstance(name, Model):
+        return name
+    if name not in _REGISTRY:
+        raise ModelError(f"unknown model {name!r} (one of: {', '.join(MODEL_NAMES)})")
+    module, attr = _REGISTRY[name].split(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ModelError(f"model {name!r} is not available in this installation ({e})") from None

@@ -1,0 +1,82 @@
+"""Posterior answers at a target scale: draws, credible intervals and the extrapolation distance."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["Prediction", "interval"]
+
+
+def interval(draws: np.ndarray, ci: float = 0.9, axis: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(median, lo, hi) of the equal-tailed `ci` interval over `axis` (NaN draws propagate as NaN)."""
+    q = np.quantile(draws, [0.5, (1 - ci) / 2, (1 + ci) / 2], axis=axis)
+    return q[0], q[1], q[2]
+
+
+def _jsonable(x: Any) -> Any:
+    x = np.asarray(x)
+    if x.ndim == 0:
+        v = float(x)
+        return v if np.isfinite(v) else None
+    return [_jsonable(v) for v in x]
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """Posterior predictions at one target or a grid of targets.
+
+    Attributes
+    ----------
+    draws : quantity -> array (n_draws, *target shape) of posterior draws (units in `units`).
+    units : quantity -> unit string.
+    targets : the target arguments as given (e.g. ``{"N": 1e9, "D": 2e10}``).
+    extrapolation : e.g. ``{"N_ratio": ..., "D_ratio": ...}``: target over the largest fitted value.
+    ci : the credible mass of the intervals (equal-tailed).
+    warnings : diagnostics of the fit that say whether to trust the answer.
+    """
+
+    draws: dict[str, np.ndarray]
+    units: dict[str, str]
+    targets: dict[str, Any]
+    extrapolation: dict[str, Any]
+    ci: float = 0.9
+    warnings: tuple[str, ...] = ()
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.draws[name]
+
+    def interval(self, name: str, ci: float | None = None):
+        """(median, lo, hi) of quantity `name`."""
+        return interval(self.draws[name], self.ci if ci is None else ci)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON answer: one ``{"median", "lo", "hi"}`` per quantity, ``extrapolation``, ``warnings``."""
+        out: dict[str, Any] = {}
+        for name in self.draws:
+            med, lo, hi = self.interval(name)
+            out[name] = {"median": _jsonable(med), "lo": _jsonable(lo), "hi": _jsonable(hi)}
+        out["extrapolation"] = {k: _jsonable(v) for k, v in self.extrapolation.items()}
+        out["ci"] = self.ci
+        out["targets"] = {k: _jsonable(v) for k, v in self.targets.items() if v is not None}
+        out["warnings"] = list(self.warnings)
+        return out
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per target point: the targets, then median/lo/hi of each quantity."""
+        shapes = [np.shape(v)[1:] for v in self.draws.values()]
+        shape = np.broadcast_shapes(*shapes) if shapes else ()
+        cols: dict[str, np.ndarray] = {}
+        for k, v in self.targets.items():
+            if v is not None:
+                cols[k] = np.broadcast_to(np.asarray(v, float), shape).ravel()
+        for k, v in self.extrapolation.items():
+            cols[k] = np.broadcast_to(np.asarray(v, float), shape).ravel()
+        for name in self.draws:
+            med, lo, hi = self.interval(name)
+            for tag, arr in (("median", med), ("lo", lo), ("hi", hi)):
+                cols[f"{name}_{tag}"] = np.broadcast_to(arr, shape).ravel()
+        return pd.DataFrame(cols)
