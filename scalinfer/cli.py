@@ -101,12 +101,13 @@ def cmd_summary(args) -> int:
 def _baseline(args) -> dict[str, Any]:
     from scalinfer.laws import BASELINES
 
-    if args.baseline not in BASELINES:
-        raise ScalinferError(f"unknown baseline {args.baseline!r} (one of: {', '.join(BASELINES)})")
+    names = {"steplaw": "step_law", "deepseek": "deepseek_llm", "zhou2026": "zhou2026"}
+    if args.baseline not in names or names[args.baseline] not in BASELINES:
+        raise ScalinferError(f"unknown baseline {args.baseline!r} (one of: {', '.join(names)})")
     if args.N is None or args.D is None:
         raise ScalinferError("--baseline needs --N and --D")
     import numpy as np
-    lr_fn, batch_fn = BASELINES[args.baseline]
+    lr_fn, batch_fn = BASELINES[names[args.baseline]]
     out: dict[str, Any] = {"baseline": args.baseline}
     lr = float(np.asarray(lr_fn(args.N, args.D)))
     out["lr_opt"] = {"median": lr, "lo": lr, "hi": lr}
