@@ -186,6 +186,16 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_simulate(args) -> int:
+    from scalinfer.simulate import simulate, write_simulated
+
+    params = json.loads(args.params) if args.params else None
+    runs = simulate(args.model, params=params, seed=args.seed)
+    path = write_simulated(runs, args.output, model=args.model)
+    print(f"wrote {path} ({len(runs)} simulated runs) and {path}.manifest.json", file=sys.stderr)
+    return 0
+
+
 def cmd_quickstart(args) -> int:
     from scalinfer.quickstart import quickstart
 
@@ -239,6 +249,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("kind", help="figure kind (see scalinfer.plots.KINDS)")
     s.add_argument("-o", "--output", required=True)
     s.set_defaults(func=cmd_plot)
+
+    s = sub.add_parser("simulate", help="draw a run table from a model at known parameters")
+    s.add_argument("model", choices=MODEL_NAMES)
+    s.add_argument("--params", default=None, help="JSON object of true parameters (default: the model's)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("-o", "--output", required=True, help="CSV file to write (a .manifest.json goes beside it)")
+    s.set_defaults(func=cmd_simulate)
 
     s = sub.add_parser("quickstart", help="fit the bundled calibration data and predict a larger run")
     s.add_argument("--json", action="store_true")

@@ -21,3 +21,24 @@ def simulate(model: str = "chinchilla", design: pd.DataFrame | None = None, para
     df = m.simulate(params, design, seed=seed)
     return validate(df, source=f"simulate({m.name!r}, seed={seed})", kind=m.table_kind,
                     meta={"simulated": True, "seed": seed, "true_params": params})
+
+
+def write_simulated(runs: RunTable, path, model: str) -> "os.PathLike":
+    """Write a simulated table as CSV with a manifest beside it (model, version, seed, true parameters,
+    scalinfer version), both atomically. The table is labelled simulated in its `dataset` column."""
+    import json
+    from pathlib import Path
+
+    from scalinfer import __version__
+    from scalinfer._io import atomic_write_text
+
+    m = get_model(model)
+    path = Path(path)
+    df = runs.df.drop(columns=[c for c in ("N_total", "N_active") if c in runs.df and (runs.df[c] == runs.df["N"]).all()])
+    df = df.assign(dataset=f"simulated:{m.name}")
+    atomic_write_text(path, df.to_csv(index=False))
+    manifest = {"simulated": True, "model": m.name, "model_version": m.version, "seed": runs.meta.get("seed"),
+                "true_params": runs.meta.get("true_params"), "n_runs": len(runs), "scalinfer_version": __version__,
+                "command": f"scalinfer simulate {m.name} --seed {runs.meta.get('seed')} -o {path.name}"}
+    atomic_write_text(Path(f"{path}.manifest.json"), json.dumps(manifest, indent=2) + "\n")
+    return path

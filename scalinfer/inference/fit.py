@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -312,17 +311,9 @@ class Fit:
     # ---- files -------------------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
         """Write the fit as one netCDF file, atomically (a temp file in the same folder, then rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
-            self.tree.to_netcdf(tmp, engine="h5netcdf")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        from scalinfer._io import atomic_write_with
+
+        return atomic_write_with(path, lambda tmp: self.tree.to_netcdf(tmp, engine="h5netcdf"))
 
     def __repr__(self) -> str:
         return (f"<Fit {self.attrs['model']} by {self.method}: {self.attrs['n_runs']} runs, "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -50,14 +49,10 @@ def plot(fit, kind: str, output: str | os.PathLike | None = None, **options: Any
         return fig
     import matplotlib.pyplot as plt
 
-    path = Path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=path.suffix or ".png", dir=path.parent)
-    os.close(fd)
+    from scalinfer._io import atomic_write_with
+
     try:
-        fig.savefig(tmp, dpi=150, bbox_inches="tight")
-        os.replace(tmp, path)
+        return atomic_write_with(output, lambda tmp: fig.savefig(tmp, dpi=150, bbox_inches="tight",
+                                                                 format=Path(output).suffix[1:] or "png"))
     finally:
-        Path(tmp).unlink(missing_ok=True)
         plt.close(fig)
-    return path
