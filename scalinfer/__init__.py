@@ -20,7 +20,7 @@ def __getattr__(name):
         from scalinfer import inference
         return getattr(inference, name)
     if name == "simulate":
-        from scalinfer.simulate import simulate
+        from scalinfer.simulation import simulate
         return simulate
     if name == "Prediction":
         from scalinfer.predict import Prediction

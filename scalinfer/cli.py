@@ -187,7 +187,7 @@ def cmd_plot(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    from scalinfer.simulate import simulate, write_simulated
+    from scalinfer.simulation import simulate, write_simulated
 
     params = json.loads(args.params) if args.params else None
     runs = simulate(args.model, params=params, seed=args.seed)

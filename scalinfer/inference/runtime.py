@@ -31,7 +31,9 @@ def prepare_runtime(n_devices: int = 4) -> None:
 
     if not xla_bridge.backends_are_initialized():
         if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-            jax.config.update("jax_num_cpu_devices", max(n_devices, os.cpu_count() or 1))
+            # virtual CPU devices are cheap; ask for enough for the default 4 chains even if the first fit
+            # of the session uses fewer
+            jax.config.update("jax_num_cpu_devices", max(n_devices, 4, os.cpu_count() or 1))
     if _DONE:
         return
     jax.config.update("jax_enable_x64", True)  # N ~ 1e12 to fractional powers is unsafe in float32
