@@ -26,21 +26,23 @@ def new_figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float
     return fig, (axes[0, 0] if axes.size == 1 else axes)
 
 
-def band(ax, x, draws, color=COLORS[0], label=None, cis=(0.5, 0.9)):
-    """Posterior median line and nested equal-tailed credible bands of `draws` (n_draws, len(x))."""
+def band(ax, x, draws, color=COLORS[0], label=None, cis=(0.5, 0.9), label_bands=False):
+    """Posterior median line and nested equal-tailed credible bands of `draws` (n_draws, len(x)).
+    The bands get legend entries only with ``label_bands=True`` (once per figure is enough)."""
     draws = np.asarray(draws)
     ax.plot(x, np.median(draws, axis=0), color=color, lw=1.8, label=label)
     for i, ci in enumerate(sorted(cis, reverse=True)):
         lo, hi = np.quantile(draws, [(1 - ci) / 2, (1 + ci) / 2], axis=0)
         ax.fill_between(x, lo, hi, color=color, alpha=0.15 + 0.12 * i, lw=0,
-                        label=f"{int(ci * 100)}% credible" if label else None)
+                        label=f"{int(ci * 100)}% credible" if label_bands else None)
 
 
-def shade_extrapolation(ax, x_max, x_hi=None, label="extrapolation"):
-    """Grey the region beyond the largest fitted value."""
+def shade_extrapolation(ax, x_max, label="extrapolation beyond the data"):
+    """Grey the region beyond the largest fitted value (call after the axis scale and data are set)."""
     lo, hi = ax.get_xlim()
-    ax.axvspan(x_max, max(hi, x_hi or hi), color=EXTRAPOLATION_COLOR, zorder=0, label=label)
-    ax.set_xlim(lo, max(hi, x_hi or hi))
+    if x_max < hi:
+        ax.axvspan(x_max, hi, color=EXTRAPOLATION_COLOR, zorder=0, label=label)
+        ax.set_xlim(lo, hi)
 
 
 def label_axes(ax, x: str, y: str, title: str | None = None, logx: bool = True, logy: bool = True):
