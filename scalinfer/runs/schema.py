@@ -68,6 +68,11 @@ CONFIG_COLUMNS = (
     "schedule", "dataset", "target_loss",
 )
 
+CANONICAL_ORDER = (
+    "run_id", "group", "N", "N_total", "N_active", "D", "lr", "batch_tokens", "steps", "step", "loss",
+    "diverged", "target_loss", "steps_to_target", "tokens_to_target",
+)
+
 MAX_LOSS_NATS = 30.0          # no per-token loss in nats is this large; a perplexity can be
 MAX_TABLE_MIN_LOSS = 12.5     # ln(262144): worse than uniform over the largest common vocabulary
 MIN_BATCH_TOKENS = 64         # a smaller "token" batch is a batch counted in sequences
@@ -247,23 +252,26 @@ def validate(
         CSV line number (header on line 1); None or 0 uses the index labels as they are.
     excluded : rows a loader already excluded (with ``row`` and ``reason`` columns).
     """
+    with np.errstate(all="ignore"):  # huge values overflow to inf, which the checks then name
+        return _validate(df, source, kind, meta, row_offset, excluded)
+
+
+def _validate(df, source, kind, meta, row_offset, excluded) -> RunTable:
     if kind not in KINDS:
         raise _error(f"{source}: unknown table kind {kind!r} (one of {', '.join(KINDS)})")
     if df is None or len(df) == 0:
         raise _error(f"{source}: the table is empty (no rows)")
-    df = df.copy()
-    names = [str(c).strip() for c in df.columns]
-    seen: set[str] = set()
-    for c in names:
-        if c in seen:
+    # Work on a dict of 1-d arrays (one DataFrame is built at the end: faster than setitem).
+    t: dict[str, np.ndarray] = {}
+    for j, name in enumerate(df.columns):
+        c = str(name).strip()
+        if c in t:
             raise _error(f"{source}: column {c!r} appears more than once")
-        seen.add(c)
-    df.columns = names
+        t[c] = df.iloc[:, j]
     if row_offset and pd.api.types.is_integer_dtype(df.index.dtype):
         rows = [int(i) + row_offset for i in df.index]
     else:
         rows = list(df.index)
-    df = df.reset_index(drop=True)
 
     def at(i: int, col: str) -> str:
         return f"{source}: row {rows[i]}, column {col!r}"
@@ -274,55 +282,57 @@ def validate(
 
     # numbers first, so that the sequence -> token conversion sees clean values
     for col in NUMERIC_COLUMNS:
-        if col in df.columns:
-            values, bad = to_float(df[col])
+        if col in t:
+            values, bad = to_float(t[col])
             if bad is not None:
-                raise _error(f"{at(bad, col)}: {_show(df[col].iloc[bad])} is not a number")
-            df[col] = values
+                raise _error(f"{at(bad, col)}: {_show(t[col].iloc[bad])} is not a number")
+            t[col] = values
+    for col in t:
+        if not isinstance(t[col], np.ndarray):
+            t[col] = t[col].to_numpy()
 
-    if "batch_seqs" in df.columns:
-        if "seq_len" not in df.columns:
-            if "batch_tokens" not in df.columns:
+    if "batch_seqs" in t:
+        if "seq_len" not in t:
+            if "batch_tokens" not in t:
                 raise _error(
                     f"{source}: batch is given in sequences (column 'batch_seqs') but there is no "
                     f"'seq_len' column to convert it to tokens")
         else:
-            from_seqs = df["batch_seqs"].to_numpy() * df["seq_len"].to_numpy()
-            if "batch_tokens" in df.columns:
-                given = df["batch_tokens"].to_numpy()
+            from_seqs = t["batch_seqs"] * t["seq_len"]
+            if "batch_tokens" in t:
+                given = t["batch_tokens"]
                 both = np.isfinite(given) & np.isfinite(from_seqs)
                 off = first(both & ~np.isclose(given, from_seqs, rtol=1e-6))
                 if off is not None:
                     raise _error(
                         f"{at(off, 'batch_tokens')}: {_show(given[off])} is not batch_seqs * seq_len "
                         f"= {_show(from_seqs[off])}")
-                df["batch_tokens"] = np.where(np.isnan(given), from_seqs, given)
+                t["batch_tokens"] = np.where(np.isnan(given), from_seqs, given)
             else:
-                df["batch_tokens"] = from_seqs
+                t["batch_tokens"] = from_seqs
 
-    missing = [c for c in REQUIRED[kind] if c not in df.columns]
+    missing = [c for c in REQUIRED[kind] if c not in t]
     if missing:
-        hint = _missing_hint(missing, df.columns)
+        hint = _missing_hint(missing, list(t))
         raise _error(
             f"{source}: missing required column{'s' if len(missing) > 1 else ''} "
             f"{', '.join(repr(c) for c in missing)} for a {kind} table "
-            f"(have: {', '.join(map(repr, df.columns))}){hint}")
+            f"(have: {', '.join(map(repr, t))}){hint}")
 
-    if "diverged" in df.columns:
-        flags, bad = _to_bool(df["diverged"])
+    if "diverged" in t:
+        flags, bad = _to_bool(pd.Series(t["diverged"]))
         if bad is not None:
-            raise _error(f"{at(bad, 'diverged')}: {_show(df['diverged'].iloc[bad])} is not true/false")
-        df["diverged"] = flags
+            raise _error(f"{at(bad, 'diverged')}: {_show(t['diverged'][bad])} is not true/false")
+        t["diverged"] = flags
     else:
-        df["diverged"] = False
-    diverged = df["diverged"].to_numpy()
+        t["diverged"] = np.zeros(len(rows), dtype=bool)
+    diverged = t["diverged"]
 
     for col in NUMERIC_COLUMNS:
-        if col not in df.columns or col == "loss":
+        if col not in t or col == "loss":
             continue
-        v = df[col].to_numpy()
-        required = col in REQUIRED[kind] and col != "steps_to_target"
-        if required:
+        v = t[col]
+        if col in REQUIRED[kind] and col != "steps_to_target":
             i = first(np.isnan(v))
             if i is not None:
                 raise _error(f"{at(i, col)}: value is missing (the column is required)")
@@ -337,9 +347,9 @@ def validate(
                 raise _error(f"{at(i, col)}: {_show(v[i])} is not a {sign} number")
 
     for col in ("loss", "target_loss"):
-        if col not in df.columns:
+        if col not in t:
             continue
-        v = df[col].to_numpy()
+        v = t[col]
         finite = np.isfinite(v)
         if col == "loss":
             i = first(~finite & ~diverged)
@@ -359,16 +369,19 @@ def validate(
                 f"{at(i, col)}: every {col} is above {MAX_TABLE_MIN_LOSS} nats/token (smallest "
                 f"{_show(v[i])}), worse than a uniform guess: is it a perplexity? give log(perplexity)")
 
-    _check_units(df, kind, at, first)
-    _check_duplicates(df, kind, source, rows)
+    _check_units(t, kind, at, first)
+    _check_duplicates(t, kind, source, rows)
 
     for col in ("N_total", "N_active"):
-        if col not in df.columns:
-            df[col] = df["N"]
-    if "run_id" not in df.columns:
-        df["run_id"] = [f"row{r}" for r in rows]
-    df["run_id"] = df["run_id"].astype(str)
-    return RunTable(df=df, excluded=excluded if excluded is not None else empty_excluded(),
+        if col not in t:
+            t[col] = t["N"]
+    if "run_id" not in t:
+        t["run_id"] = np.array([f"row{r}" for r in rows], dtype=object)
+    else:
+        t["run_id"] = np.array([str(v) for v in t["run_id"]], dtype=object)
+    front = [c for c in CANONICAL_ORDER if c in t]
+    out = pd.DataFrame({c: t[c] for c in front + [c for c in t if c not in front]})
+    return RunTable(df=out, excluded=excluded if excluded is not None else empty_excluded(),
                     source=source, kind=kind, meta=dict(meta or {}), rows=tuple(rows))
 
 
@@ -387,66 +400,68 @@ def _missing_hint(missing: Sequence[str], columns: Sequence[str]) -> str:
     return ""
 
 
-def _check_units(df: pd.DataFrame, kind: str, at, first) -> None:
+def _check_units(t: dict[str, np.ndarray], kind: str, at, first) -> None:
     """Cross-column unit checks: batch in sequences, D not in tokens, N_active above N_total."""
-    if "batch_tokens" in df.columns:
-        b = df["batch_tokens"].to_numpy()
+    if "batch_tokens" in t:
+        b = t["batch_tokens"]
         i = first(b < MIN_BATCH_TOKENS)
         if i is not None:
             raise _error(
                 f"{at(i, 'batch_tokens')}: {_show(b[i])} tokens is a batch in sequences, not tokens "
                 f"(give 'batch_seqs' and 'seq_len' instead)")
-        pairs = {"runs": ("D", "steps"), "curves": ("D", "step"),
-                 "steps_to_target": ("tokens_to_target", "steps_to_target")}[kind]
-        tokens, steps = pairs
-        if tokens in df.columns and steps in df.columns:
-            with np.errstate(all="ignore"):
-                ratio = df[tokens].to_numpy() / (df[steps].to_numpy() * b)
+        tokens, steps = {"runs": ("D", "steps"), "curves": ("D", "step"),
+                         "steps_to_target": ("tokens_to_target", "steps_to_target")}[kind]
+        if tokens in t and steps in t:
+            ratio = t[tokens] / (t[steps] * b)
             bad = np.isfinite(ratio) & (ratio > 0) & (
                 (ratio > TOKENS_RATIO_LIMIT) | (ratio < 1 / TOKENS_RATIO_LIMIT))
             i = first(bad)
             if i is not None:
-                likely = " (batch in sequences?)" if ratio[i] > TOKENS_RATIO_LIMIT else ""
+                likely = (" (batch in sequences?)" if 16 <= ratio[i] <= 65536 else
+                          f" ({tokens} in other units?)")
                 raise _error(
-                    f"{at(i, tokens)}: {_show(df[tokens].iloc[i])} tokens is {ratio[i]:.4g} x "
-                    f"{steps} * batch_tokens = {_show(df[steps].iloc[i] * b[i])}: the units of "
+                    f"{at(i, tokens)}: {_show(t[tokens][i])} tokens is {ratio[i]:.4g} x "
+                    f"{steps} * batch_tokens = {_show(t[steps][i] * b[i])}: the units of "
                     f"{tokens!r}, {steps!r} and 'batch_tokens' disagree{likely}")
-        if kind == "runs" and "D" in df.columns:
-            i = first(df["D"].to_numpy() < b)
+        if kind == "runs" and "D" in t:
+            i = first(t["D"] < b)
             if i is not None:
                 raise _error(
-                    f"{at(i, 'D')}: {_show(df['D'].iloc[i])} tokens is less than one batch of "
+                    f"{at(i, 'D')}: {_show(t['D'][i])} tokens is less than one batch of "
                     f"{_show(b[i])} tokens: is D in other units (millions, billions)?")
-    if "N_total" in df.columns and "N_active" in df.columns:
-        i = first(df["N_active"].to_numpy() > df["N_total"].to_numpy() * (1 + 1e-9))
+    if "N_total" in t and "N_active" in t:
+        i = first(t["N_active"] > t["N_total"] * (1 + 1e-9))
         if i is not None:
             raise _error(
-                f"{at(i, 'N_active')}: {_show(df['N_active'].iloc[i])} active parameters exceed "
-                f"N_total = {_show(df['N_total'].iloc[i])} (swapped columns?)")
+                f"{at(i, 'N_active')}: {_show(t['N_active'][i])} active parameters exceed "
+                f"N_total = {_show(t['N_total'][i])} (swapped columns?)")
 
 
-def _check_duplicates(df: pd.DataFrame, kind: str, source: str, rows: list) -> None:
+def _check_duplicates(t: dict[str, np.ndarray], kind: str, source: str, rows: list) -> None:
     """A run that appears twice is an error naming both rows."""
-    if "run_id" in df.columns:
-        ids = df["run_id"].astype(str)
-        if df["run_id"].isna().any():
-            i = int(np.flatnonzero(df["run_id"].isna().to_numpy())[0])
-            raise _error(f"{source}: row {rows[i]}, column 'run_id': value is missing")
-        key_frame = pd.DataFrame({"run_id": ids})
+    if "run_id" in t:
+        missing = pd.isna(t["run_id"])
+        if missing.any():
+            raise _error(f"{source}: row {rows[int(np.flatnonzero(missing)[0])]}, column 'run_id': "
+                         f"value is missing")
+        key_frame = pd.DataFrame({"run_id": [str(v) for v in t["run_id"]]})
         if kind == "curves":
-            key_frame["step"] = df["step"].to_numpy()
+            key_frame["step"] = t["step"]
     else:
-        cols = [c for c in CONFIG_COLUMNS if c in df.columns]
-        if kind == "curves":
-            cols.append("step")
-        key_frame = df[cols]
-    dup = key_frame.duplicated(keep=False).to_numpy()
-    if not dup.any():
+        cols = [c for c in CONFIG_COLUMNS if c in t] + (["step"] if kind == "curves" else [])
+        key_frame = pd.DataFrame({c: t[c] for c in cols})
+    try:
+        dup_first = key_frame.duplicated(keep="first").to_numpy()
+    except TypeError:  # unhashable cells (lists from JSON) in a label column: compare as text
+        key_frame = key_frame.astype(str)
+        dup_first = key_frame.duplicated(keep="first").to_numpy()
+    if not dup_first.any():
         return
-    j = int(np.flatnonzero(key_frame.duplicated(keep="first").to_numpy())[0])
+    j = int(np.flatnonzero(dup_first)[0])
     same = (key_frame == key_frame.iloc[j]) | (key_frame.isna() & key_frame.iloc[j].isna())
     i = int(np.flatnonzero(same.all(axis=1).to_numpy())[0])
-    desc = ", ".join(f"{c}={_show(key_frame.iloc[j][c], 24)}" for c in key_frame.columns)
-    fix = ("give them distinct run ids" if "run_id" in df.columns
+    desc = ", ".join(f"{c}={_show(key_frame.iloc[j][c], 24)}" for c in key_frame.columns
+                     if not pd.isna(key_frame.iloc[j][c]))
+    fix = ("give them distinct run ids" if "run_id" in t
            else "if they are repeats, add a 'seed' or 'run_id' column")
     raise _error(f"{source}: rows {rows[i]} and {rows[j]} are the same run ({desc}); {fix}")
