@@ -102,6 +102,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         from jax.flatten_util import ravel_pytree
         z0, _ = ravel_pytree(point.z)
         flat = np.asarray(z0)[None] + 0.05 * np.random.default_rng(seed).normal(size=(chains, z0.shape[0]))
+    flat = _finite_starts(point, flat)
     init = jax.vmap(point.unravel)(flat) if chains > 1 else point.unravel(flat[0])
     dense = getattr(m, "dense_mass", True) if dense_mass is None else dense_mass
     kernel = NUTS(m.model, dense_mass=dense, target_accept_prob=target_accept)
@@ -118,6 +119,24 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map, "nuts_s": t_nuts})
 
 
+def _finite_starts(point, flat: np.ndarray) -> np.ndarray:
+    """Chain starts where the log density is finite: a start outside the support (a Laplace draw past a wall
+    of the likelihood, e.g. a target made unreachable) is pulled halfway back to the mode until it is
+    inside; NUTS cannot move from a start of infinite potential."""
+    from jax.flatten_util import ravel_pytree
+
+    z0 = np.asarray(ravel_pytree(point.z)[0])
+    out = np.array(flat, dtype=float)
+    for i in range(out.shape[0]):
+        for _ in range(30):
+            if np.isfinite(float(point.potential_fn(point.unravel(out[i])))):
+                break
+            out[i] = z0 + 0.5 * (out[i] - z0)
+        else:
+            out[i] = z0
+    return out
+
+
 def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, method, extra=None):
     """Assemble the DataTree: posterior (+ derived natural-scale parameters), stats, log-likelihood, data."""
     from arviz_base import from_dict
@@ -131,6 +150,7 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
         groups["sample_stats"] = {
             "diverging": stats["diverging"].astype(bool), "n_steps": stats["num_steps"],
             "acceptance_rate": stats["accept_prob"], "energy": stats["energy"]}
+    bounds = _support_bounds(m, kwargs) if kwargs is not None else {}
     if kwargs is not None:
         groups["log_likelihood"] = _log_likelihood(m, kwargs, draws)
     observed = {k: v for k, v in data.items() if k in getattr(m, "observed", ("log_loss",))}
@@ -152,8 +172,32 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
     for k in groups["constant_data"]:
         if k.startswith("run_"):
             dims[k] = ["run"]
-    return from_dict(groups, dims=dims, coords=getattr(m, "coords", lambda d, c: {})(data, constants) or None,
+    tree = from_dict(groups, dims=dims, coords=getattr(m, "coords", lambda d, c: {})(data, constants) or None,
                      attrs=attrs, check_conventions=False)
+    for k, (lo, hi) in bounds.items():
+        if k in tree["posterior"].data_vars:
+            tree["posterior"][k].attrs.update({"support_lower": lo, "support_upper": hi})
+    return tree
+
+
+def _support_bounds(m: Model, kwargs) -> dict[str, tuple[float, float]]:
+    """(lower, upper) of each scalar sampled site's support, where finite on at least one side."""
+    import jax
+    from numpyro import handlers
+
+    tr = handlers.trace(handlers.seed(m.model, jax.random.PRNGKey(0))).get_trace(**kwargs)
+    out = {}
+    for k, site in tr.items():
+        if site["type"] != "sample" or site.get("is_observed") or np.ndim(site["value"]) != 0:
+            continue
+        support = site["fn"].support
+        lo = float(np.asarray(getattr(support, "lower_bound", -np.inf)))
+        hi = float(np.asarray(getattr(support, "upper_bound", np.inf)))
+        if type(support).__name__ in ("_Positive", "_GreaterThan", "_GreaterThanEq") and not np.isfinite(lo):
+            lo = 0.0
+        if np.isfinite(lo) or np.isfinite(hi):
+            out[k] = (lo, hi)
+    return out
 
 
 def _run_columns(runs: RunTable) -> list[str]:
@@ -282,7 +326,32 @@ class Fit:
             if low:
                 worst = min(low, key=low.get)
                 out.append(f"bulk ESS below {ESS_MIN} for {len(low)} parameter(s) (worst {worst}: {low[worst]:.0f})")
+        out.extend(self._bound_warnings())
         out.extend(getattr(self.model, "fit_warnings", lambda f: [])(self))
+        return out
+
+    def _bound_warnings(self) -> list[str]:
+        """Parameters whose posterior piles against an edge of their support (e.g. a scale at 0): the data
+        push past what the model allows, or do not identify the parameter."""
+        if self.method == "map":
+            return []
+        out = []
+        post = self.posterior
+        for k in post.data_vars:
+            lo, hi = post[k].attrs.get("support_lower"), post[k].attrs.get("support_upper")
+            if lo is None or post[k].ndim != 2:
+                continue
+            v = post[k].values.ravel()
+            for edge, side in ((lo, "lower"), (hi, "upper")):
+                if not np.isfinite(edge):
+                    continue
+                far = np.quantile(v, 0.99 if side == "lower" else 0.01)
+                span = abs(far - edge)
+                near = np.mean(np.abs(v - edge) < 0.02 * span) if span > 0 else 1.0
+                if near > 0.10:
+                    out.append(f"posterior of {k} piles against its {side} bound {edge:g} "
+                               f"({100 * near:.0f}% of draws within 2% of it): not identified by the data, "
+                               "or the model is too rigid there")
         return out
 
     def summary_dict(self) -> dict[str, Any]:
