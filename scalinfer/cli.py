@@ -25,7 +25,7 @@ from typing import Any
 from scalinfer.errors import ScalinferError
 
 #: modules that add their own subcommands with `register(subparsers)`; each subparser sets `func`
-_EXTENSIONS = ("scalinfer.train.cli", "scalinfer.batch_cli")
+_EXTENSIONS = ("scalinfer.train.cli", "scalinfer.train.sweep_cli", "scalinfer.batch_cli")
 
 
 def _floats(text: str) -> float | list[float]:
