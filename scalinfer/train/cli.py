@@ -1,0 +1,84 @@
+"""``scalinfer train``: train one configuration and append its records to the run table.
+
+    scalinfer train --config FILE.toml [key=value ...] --out DIR [--preset NAME] [--dry-run]
+
+The preset (default ``tiny``; see ``--help`` for the list) gives the defaults, the TOML file
+overrides them, the ``key=value`` pairs override both (`scalinfer.train.config`). Rerunning
+with the same ``--out`` resumes from the latest checkpoint. ``--dry-run`` prints the resolved
+configuration and plan without training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from scalinfer.errors import ScalinferError
+
+__all__ = ["register", "run", "main"]
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add the ``train`` subcommand to an ``argparse`` subparsers object."""
+    from scalinfer.train.config import PRESETS
+
+    p = subparsers.add_parser(
+        "train", help="train a (MoE) calibration model and append its runs to a run table",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("overrides", nargs="*", metavar="key=value",
+                   help="config overrides, e.g. optimizer.lr=1e-3 model.d_model=96 decay_points=[0.5]")
+    p.add_argument("--config", metavar="FILE.toml", help="TOML configuration file")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output folder (checkpoints, metrics.jsonl, runs.jsonl); reused to resume")
+    p.add_argument("--preset", metavar="NAME", choices=sorted(PRESETS),
+                   help=f"named defaults: {', '.join(PRESETS)} (default tiny)")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved config and plan, do not train")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the ``train`` subcommand; returns the exit code."""
+    from scalinfer.train.config import config_to_dict, load_config
+    from scalinfer.train.loop import make_plan, run_id_of, train
+    from scalinfer.train.model import flops_per_token, param_counts
+
+    cfg = load_config(args.config, args.overrides, args.preset)
+    if args.dry_run:
+        plan = make_plan(cfg)
+        counts = param_counts(cfg.model)
+        print(json.dumps({
+            "run_id": run_id_of(cfg), "config": config_to_dict(cfg),
+            "plan": {"steps": plan.steps, "total_tokens": plan.total_tokens, "lr_peak": plan.lr_peak,
+                     "warmup_tokens": plan.warmup_tokens, "decay_tokens": plan.decay_tokens,
+                     "branches": [{"name": b.name, "fork_tokens": b.fork_tokens, "end_tokens": b.end_tokens}
+                                  for b in plan.branches]},
+            "params": counts._asdict(), "flops_per_token": flops_per_token(cfg.model),
+        }, indent=2))
+        return 0
+    records = train(cfg, args.out)
+    if not records:
+        print(f"{cfg.name}: stopped after {cfg.stop_after_steps} steps; rerun with --out {args.out} to resume",
+              file=sys.stderr)
+        return 0
+    for r in records:
+        loss = "diverged" if r["diverged"] else f"loss {r['loss']:.4f}"
+        print(f"{r['run_id']}: N {r['N']:.3g} (active {r['N_active']:.3g}), D {r['D']:.3g}, {loss}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry point (``python -m scalinfer.train.cli``)."""
+    parser = argparse.ArgumentParser(prog="scalinfer")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["train", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return args.func(args)
+    except ScalinferError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

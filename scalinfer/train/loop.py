@@ -1,0 +1,565 @@
+"""The train loop: a pure jitted train step, held-out evaluation, checkpoints, decay branches.
+
+``train(config, out_dir)`` runs one configuration and returns its run-table records: one for the
+main run and one per decay branch (MATH.md section 2: each branch forked from a stable-phase
+checkpoint and decayed gives the final loss at another D). It owns the data, the checkpoints
+and the logs; `train_step` and `eval_loss` are pure functions of arrays.
+
+Files in ``out_dir``::
+
+    config.json          the resolved configuration (a resume must match it)
+    metrics.jsonl        one line per logged step, plus eval lines; branches: metrics-<branch>.jsonl
+    checkpoints/<step>/  periodic checkpoints (resume from the latest)
+    stable/<step>/       stable-phase checkpoints the decay branches fork from
+    runs.jsonl           the run table (or ``runs_table``), appended atomically
+
+Resuming: rerun with the same ``out_dir`` (and config). The latest checkpoint restores params,
+optimizer state, step, RNG key and data position, and the loss trajectory continues exactly as
+if uninterrupted. Records already in the run table are not redone. A non-finite training loss
+stops the run: it is recorded as diverged (``loss: null``), never raised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from tqdm import tqdm
+
+from scalinfer.errors import TrainError
+from scalinfer.laws import b_simple_from_grad_norms
+from scalinfer.train import data as data_lib
+from scalinfer.train import model as model_lib
+from scalinfer.train import parallel
+from scalinfer.train.checkpoint import Checkpointer
+from scalinfer.train.config import ModelConfig, TrainConfig, check, config_to_dict
+from scalinfer.train.optimizer import decay_fn, make_optimizer, wsd_schedule
+from scalinfer.train.records import MetricsLog, append_records, atomic_write_text, read_records
+from scalinfer.train.schedule_file import Schedule, load_schedule
+
+__all__ = ["TrainState", "make_train_step", "make_eval_fn", "Plan", "make_plan", "train", "run_id_of"]
+
+# Fields that do not change a run's results: a resume may change them.
+_NON_RESULT_FIELDS = ("stop_after_steps", "progress", "log_every", "eval_every", "checkpoint_every",
+                      "keep_checkpoints", "runs_table", "multihost")
+_EMA = 0.95  # B_simple: ratio of moving averages of |G|^2 and tr(Sigma), as the law's docstring asks
+
+
+class TrainState(NamedTuple):
+    """Everything a step changes: params, optimizer state, step, RNG key data (uint32)."""
+
+    params: Any
+    opt_state: Any
+    step: jax.Array
+    rng: jax.Array
+
+
+# ------------------------------------------------------------------------------------------
+# Pure functions
+# ------------------------------------------------------------------------------------------
+
+
+def make_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, micro_tokens: int):
+    """``step(state, batch_AxBxL1, lr) -> (state, metrics)``: accumulate the gradient over the A
+    micro-batches, apply AdamW at learning rate ``lr``.
+
+    With A > 1 it also estimates the gradient noise scale (MATH.md section 5) from the mean
+    squared norm of the micro-batch gradients (batch ``micro_tokens``) and the squared norm of
+    their mean (batch ``A * micro_tokens``): metrics ``grad_sq_small``, ``grad_sq_big``,
+    ``grad_sq_true`` (|G|^2), ``trace_cov`` (tr Sigma, per token) and ``b_simple`` (tokens).
+    """
+    grad_fn = jax.value_and_grad(model_lib.loss_fn, has_aux=True)
+
+    def step(state: TrainState, batch_AxBxL1: jax.Array, lr: jax.Array):
+        A = batch_AxBxL1.shape[0]
+        if cfg.router_jitter > 0:  # the only randomness of a step
+            key, sub = jax.random.split(jax.random.wrap_key_data(state.rng))
+            keys_A, rng = jax.random.split(sub, A), jax.random.key_data(key)
+        else:
+            keys_A, rng = [None] * A, state.rng
+
+        def micro(carry, inputs):
+            grad_sum, sq_sum = carry
+            batch_BxL1, k = inputs
+            (_, metrics), grads = grad_fn(state.params, batch_BxL1, cfg, k)
+            grad_sum = jax.tree.map(jnp.add, grad_sum, grads)
+            return (grad_sum, sq_sum + optax.global_norm(grads) ** 2), metrics
+
+        if A == 1:
+            (_, metrics), grads = grad_fn(state.params, batch_AxBxL1[0], cfg, keys_A[0])
+        else:
+            zeros = jax.tree.map(jnp.zeros_like, state.params)
+            (grad_sum, sq_sum), metrics_A = jax.lax.scan(
+                micro, (zeros, jnp.zeros((), jnp.float32)),
+                (batch_AxBxL1, keys_A if cfg.router_jitter > 0 else None), length=A)
+            grads = jax.tree.map(lambda g: g / A, grad_sum)
+            metrics = jax.tree.map(jnp.mean, metrics_A)
+        sq_big = optax.global_norm(grads) ** 2
+        metrics["grad_norm"] = jnp.sqrt(sq_big)
+        if A > 1:
+            sq_small = sq_sum / A
+            gns = b_simple_from_grad_norms(sq_small, sq_big, micro_tokens, A * micro_tokens)
+            metrics.update(grad_sq_small=sq_small, grad_sq_big=sq_big, grad_sq_true=gns.grad_sq_norm,
+                           trace_cov=gns.trace_cov, b_simple=gns.b_simple)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        updates = jax.tree.map(lambda u: (lr * u).astype(u.dtype), updates)
+        params = optax.apply_updates(state.params, updates)
+        return TrainState(params, opt_state, state.step + 1, rng), metrics
+
+    return step
+
+
+def make_eval_fn(cfg: ModelConfig):
+    """``eval_loss(params, windows_NxBxL1) -> mean cross-entropy`` (nats/token) over all windows."""
+    def eval_loss(params, windows_NxBxL1):
+        def one(batch_BxL1):
+            logits_BxLxV, _ = model_lib.forward(params, batch_BxL1[:, :-1], cfg)
+            return jnp.sum(model_lib.cross_entropy(logits_BxLxV, batch_BxL1[:, 1:]))
+        total = jnp.sum(jax.lax.map(one, windows_NxBxL1))
+        return total / (windows_NxBxL1.shape[0] * windows_NxBxL1.shape[1] * (windows_NxBxL1.shape[2] - 1))
+    return eval_loss
+
+
+# ------------------------------------------------------------------------------------------
+# The plan: batch and LR per token count, decay branches
+# ------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Branch:
+    """A decay branch: forked after ``fork_step`` (``fork_tokens`` seen), decayed over
+    ``decay_tokens``."""
+
+    name: str
+    point: float
+    fork_step: int
+    fork_tokens: int
+    decay_tokens: int
+
+    @property
+    def end_tokens(self) -> int:
+        return self.fork_tokens + self.decay_tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the run will do, in tokens (see `make_plan`)."""
+
+    lr_peak: float
+    total_tokens: int
+    warmup_tokens: int
+    decay_tokens: int
+    decay_shape: str
+    final_fraction: float
+    schedule: Schedule | None
+    constant_batch: int | None
+    step_tokens: tuple[int, ...]   # tokens seen after each main-run step
+    branches: tuple[Branch, ...]
+
+    def batch_at(self, tokens: int) -> int:
+        return self.constant_batch if self.schedule is None else self.schedule.batch_tokens_at(tokens)
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_tokens)
+
+    def lr_main(self):
+        return wsd_schedule(self.lr_peak, self.total_tokens, self.warmup_tokens, self.decay_tokens,
+                            self.decay_shape, self.final_fraction)
+
+    def lr_branch(self, branch: Branch):
+        f = decay_fn(self.decay_shape)
+        final = self.lr_peak * self.final_fraction
+
+        def lr(tokens):
+            p = min(max((tokens - branch.fork_tokens) / branch.decay_tokens, 0.0), 1.0)
+            return final + (self.lr_peak - final) * float(f(p))
+        return lr
+
+    def label(self) -> str:
+        s = f"wsd-{self.decay_shape}"
+        return s + "+batch-schedule" if self.schedule is not None else s
+
+
+def _tokens_of(value: int | float, total: int, what: str) -> float:
+    """A fraction (float <= 1) of ``total``, or an absolute token count."""
+    return value * total if isinstance(value, float) and value <= 1 else float(value)
+
+
+def make_plan(cfg: TrainConfig) -> Plan:
+    """Resolve the config (and its schedule file) into token counts per step and branch."""
+    opt = cfg.optimizer
+    schedule = load_schedule(cfg.schedule_file) if cfg.schedule_file else None
+    micro = cfg.micro_tokens
+    if schedule is not None:
+        for i, s in enumerate(schedule.batch):
+            if s.batch_tokens % micro:
+                raise TrainError(f"{cfg.schedule_file}: batch[{i}].batch_tokens={s.batch_tokens} is not a "
+                                 f"multiple of micro_batch_tokens={micro}")
+    if schedule is not None and schedule.lr is not None:
+        lr = schedule.lr
+        peak, total, shape, final = lr.peak, int(lr.total_tokens), lr.decay_shape, lr.final_fraction
+        warmup, decay = int(lr.warmup_tokens), int(lr.total_tokens - lr.decay_start_tokens)
+        constant = None
+    else:
+        peak, shape, final = opt.lr, opt.decay_shape, opt.final_fraction
+        constant = None if schedule is not None else cfg.batch_tokens
+        total = cfg.total_tokens
+        if constant is not None:
+            total = total // constant * constant
+            if total == 0:
+                raise TrainError(f"total_tokens={cfg.total_tokens} is less than one batch ({constant} tokens)")
+
+        def length(v, what):
+            if isinstance(v, float):
+                return int(round(v * total))
+            if constant is None:
+                raise TrainError(f"optimizer.{what}={v} is in steps, but the batch size changes during the "
+                                 f"run: give it as a fraction (e.g. {what}=0.1) or put lr in the schedule file")
+            return v * constant
+        warmup, decay = length(opt.warmup, "warmup"), length(opt.decay, "decay")
+        if warmup + decay > total:
+            raise TrainError(f"optimizer.warmup ({warmup} tokens) + optimizer.decay ({decay} tokens) exceed "
+                             f"the run's {total} tokens")
+
+    step_tokens, tokens = [], 0
+    batch_at = (lambda t: constant) if constant is not None else schedule.batch_tokens_at
+    while tokens < total:
+        tokens += batch_at(tokens)
+        step_tokens.append(tokens)
+
+    branches = []
+    decay_start = total - decay
+    for i, point in enumerate(cfg.decay_points):
+        at = _tokens_of(point, total, "decay_points")
+        fork_step = next((s + 1 for s, t in enumerate(step_tokens) if t >= at), None)
+        fork_tokens = step_tokens[fork_step - 1] if fork_step else None
+        if fork_step is None or fork_tokens < warmup or fork_tokens > decay_start:
+            raise TrainError(
+                f"decay_points[{i}]={point!r} forks at {at:.0f} tokens, outside the stable phase "
+                f"[{warmup}, {decay_start}] tokens of the main run")
+        if isinstance(opt.decay, float) and not (schedule is not None and schedule.lr is not None):
+            frac = opt.decay
+            decay_i = int(round(frac / (1 - frac) * fork_tokens)) if frac < 1 else fork_tokens
+        else:
+            decay_i = int(round(decay * fork_tokens / total)) if constant is None else decay
+        decay_i = max(decay_i, 1)
+        branches.append(Branch(f"decay{fork_tokens}", point, fork_step, fork_tokens, decay_i))
+    names = [b.name for b in branches]
+    if len(set(names)) != len(names):
+        raise TrainError(f"decay_points {list(cfg.decay_points)} fork two branches at the same step")
+    return Plan(peak, total, warmup, decay, shape, final, schedule, constant, tuple(step_tokens),
+                tuple(branches))
+
+
+# ------------------------------------------------------------------------------------------
+# The loop
+# ------------------------------------------------------------------------------------------
+
+
+def run_id_of(cfg: TrainConfig) -> str:
+    """``name`` plus a hash of everything that changes the results."""
+    d = config_to_dict(cfg)
+    for k in _NON_RESULT_FIELDS:
+        d.pop(k, None)
+    if cfg.schedule_file:
+        d["schedule_file"] = Path(cfg.schedule_file).read_text()
+    digest = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{cfg.name}-{digest}"
+
+
+def _check_resume_config(out: Path, cfg: TrainConfig) -> None:
+    path = out / "config.json"
+    now = config_to_dict(cfg)
+    if path.exists():
+        before = json.loads(path.read_text())
+        diff = sorted(k for k in set(before) | set(now)
+                      if k not in _NON_RESULT_FIELDS and before.get(k) != now.get(k))
+        if diff:
+            raise TrainError(f"{out} holds a run with another configuration (differs in {', '.join(diff)}); "
+                             f"use a new out_dir")
+    atomic_write_text(path, json.dumps(now, indent=2) + "\n")
+
+
+def _progress(cfg: TrainConfig, total: int, initial: int, desc: str):
+    enabled = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
+    return tqdm(total=total, initial=initial, desc=desc, file=sys.stderr, disable=not enabled,
+                dynamic_ncols=True, leave=False)
+
+
+class _Runner:
+    """State shared by the main run and the branches (compiled steps, data, devices)."""
+
+    def __init__(self, cfg: TrainConfig, out: Path, plan: Plan):
+        self.cfg, self.out, self.plan = cfg, out, plan
+        m = cfg.model
+        self.corpus = data_lib.load_corpus(cfg.data, m.vocab_size)
+        self.sampler = data_lib.WindowSampler(self.corpus.train, m.seq_len, cfg.seed, m.vocab_size,
+                                              self.corpus.description)
+        self.mesh = parallel.make_mesh(cfg.mesh_expert)
+        n_dev = jax.device_count()
+        self.micro_seqs = cfg.micro_tokens // m.seq_len
+        if self.micro_seqs % n_dev:
+            raise TrainError(f"micro-batch of {self.micro_seqs} sequences does not split over {n_dev} devices "
+                             f"(micro_batch_tokens / seq_len must be a multiple of the device count)")
+        rows_per_dev = self.micro_seqs // n_dev
+        group = m.moe_group_tokens or m.seq_len
+        if m.is_moe and (rows_per_dev * m.seq_len) % group:
+            raise TrainError(f"model.moe_group_tokens={group} does not divide the {rows_per_dev * m.seq_len} "
+                             f"tokens of a micro-batch on one device")
+        if m.is_moe and group % m.seq_len and m.seq_len % group:
+            raise TrainError(f"model.moe_group_tokens={group} must divide or be a multiple of seq_len={m.seq_len}")
+
+        params = model_lib.init_params(m, cfg.seed)
+        self.optimizer = make_optimizer(m, cfg.optimizer, params, plan.steps)
+        rep = parallel.replicated(self.mesh)
+        rng = jax.random.key_data(jax.random.key(cfg.seed + 1))
+
+        def init(params):
+            return TrainState(params, self.optimizer.init(params), jnp.zeros((), jnp.int32), rng)
+
+        shapes = jax.eval_shape(init, params)
+        state_sharding = TrainState(parallel.param_shardings(shapes.params, self.mesh),
+                                    parallel.param_shardings(shapes.opt_state, self.mesh), rep, rep)
+        self.initial = jax.jit(init, out_shardings=state_sharding)(params)
+        # Restores need only shapes, dtypes and shardings (the initial arrays get donated).
+        self.abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
+                                     self.initial)
+        self.step_fn = jax.jit(make_train_step(m, self.optimizer, cfg.micro_tokens),
+                               in_shardings=(state_sharding, parallel.batch_sharding(self.mesh), rep),
+                               out_shardings=(state_sharding, rep), donate_argnums=(0,))
+        self.batch_sharding = parallel.batch_sharding(self.mesh)
+
+        # Held-out set: whole micro-batches of the first held-out windows (the same set whatever
+        # the device count, so runs on different meshes are comparable).
+        chunk = self.micro_seqs
+        n = max(1, cfg.eval_tokens // m.seq_len // chunk) * chunk
+        windows = data_lib.eval_windows(self.corpus.eval, m.seq_len, n * m.seq_len, multiple=chunk)
+        n = len(windows)
+        self.eval_tokens = n * m.seq_len
+        ev = windows.reshape(n // chunk, chunk, m.seq_len + 1)
+        first, count = parallel.process_rows(chunk)
+        self.eval_batch = parallel.put_batch(ev[:, first:first + count], self.batch_sharding, ev.shape)
+        self.eval_fn = jax.jit(make_eval_fn(m), out_shardings=rep)
+
+    def batch(self, position: int, batch_tokens: int) -> jax.Array:
+        """The global batch [A, micro_seqs, L + 1] made of windows position, position + 1, ..."""
+        A = batch_tokens // self.cfg.micro_tokens
+        first, count = parallel.process_rows(self.micro_seqs)
+        rows = np.stack([self.sampler.windows(position + a * self.micro_seqs + first, count) for a in range(A)])
+        return parallel.put_batch(rows, self.batch_sharding, (A, self.micro_seqs, self.cfg.model.seq_len + 1))
+
+    def evaluate(self, params) -> float:
+        return float(self.eval_fn(params, self.eval_batch))
+
+    def run_steps(self, state: TrainState, meta: dict, end_tokens: int, lr_of, log: MetricsLog,
+                  on_step=None, stop_after: int | None = None, bar=None) -> tuple[TrainState, dict, str]:
+        """Train until ``end_tokens`` tokens are seen. Returns (state, meta, status) with status
+        ``done``, ``diverged`` or ``stopped``. ``meta`` carries the data position, tokens seen,
+        wall time and the B_simple moving averages."""
+        cfg = self.cfg
+        seq_len = cfg.model.seq_len
+        while meta["tokens"] < end_tokens:
+            if stop_after is not None and meta["step"] >= stop_after:
+                return state, meta, "stopped"
+            t0 = time.perf_counter()
+            batch_tokens = self.plan.batch_at(meta["tokens"])
+            lr = float(lr_of(meta["tokens"]))
+            batch = self.batch(meta["position"], batch_tokens)
+            state, metrics = self.step_fn(state, batch, jnp.float32(lr))
+            metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+            meta["step"] += 1
+            meta["tokens"] += batch_tokens
+            meta["position"] += batch_tokens // seq_len
+            if "b_simple" in metrics:
+                for k in ("grad_sq_true", "trace_cov"):
+                    meta[f"ema_{k}"] = _EMA * meta.get(f"ema_{k}", 0.0) + (1 - _EMA) * metrics[k]
+                meta["ema_count"] = meta.get("ema_count", 0) + 1
+                bias = 1 - _EMA ** meta["ema_count"]
+                g2, tr = meta["ema_grad_sq_true"] / bias, meta["ema_trace_cov"] / bias
+                metrics["b_simple_ema"] = tr / g2 if g2 > 0 else math.nan
+            meta["wall_s"] += time.perf_counter() - t0
+            if not math.isfinite(metrics["loss"]):
+                log.write({"step": meta["step"], "tokens": meta["tokens"], "diverged": True, "lr": lr,
+                           "loss": metrics["loss"]})
+                return state, meta, "diverged"
+            meta["last_dropped_fraction"] = metrics["dropped_fraction"]
+            if meta["step"] % cfg.log_every == 0:
+                log.write({"step": meta["step"], "tokens": meta["tokens"], "lr": lr,
+                           "batch_tokens": batch_tokens, **metrics,
+                           "step_time_s": time.perf_counter() - t0})
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{metrics['loss']:.3f}", lr=f"{lr:.2e}", refresh=False)
+            if on_step is not None:
+                on_step(state, meta)
+        return state, meta, "done"
+
+
+def _enable_compilation_cache() -> None:
+    """Turn on JAX's persistent compilation cache unless the user configured one (or set
+    ``SCALINFER_NO_CACHE=1``): every run of a sweep shares its shapes, so only the first compiles."""
+    if jax.config.jax_compilation_cache_dir or os.environ.get("SCALINFER_NO_CACHE") == "1":
+        return
+    try:
+        path = data_lib.default_cache_dir() / "jax"
+        path.mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", str(path))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    except OSError as e:  # a read-only home is no reason to fail a run
+        print(f"scalinfer: compilation cache disabled ({e})", file=sys.stderr)
+
+
+def _fresh_meta() -> dict[str, Any]:
+    return {"step": 0, "tokens": 0, "position": 0, "wall_s": 0.0}
+
+
+def train(config: TrainConfig, out_dir: str | Path) -> list[dict[str, Any]]:
+    """Train one configuration (resuming from ``out_dir`` if it holds a checkpoint).
+
+    Returns the run-table records of the main run and of each decay branch (all of them, also
+    those written by an earlier, interrupted invocation), or ``[]`` when ``stop_after_steps``
+    stopped the run before its end. Records are appended to ``out_dir/runs.jsonl`` (or
+    ``runs_table``).
+    """
+    if not isinstance(config, TrainConfig):
+        raise TrainError(f"train() needs a TrainConfig, got {type(config).__name__}")
+    cfg = config
+    check(cfg)
+    parallel.initialize(cfg.multihost)
+    _enable_compilation_cache()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plan = make_plan(cfg)
+    run_id = run_id_of(cfg)
+    primary = jax.process_index() == 0
+    if primary:
+        _check_resume_config(out, cfg)
+    table = Path(cfg.runs_table) if Path(cfg.runs_table).is_absolute() else out / cfg.runs_table
+    done = {r.get("run_id"): r for r in read_records(table)}
+    ids = [run_id] + [f"{run_id}-{b.name}" for b in plan.branches]
+    if all(i in done for i in ids):
+        return [done[i] for i in ids]
+
+    runner = _Runner(cfg, out, plan)
+    ckpt = Checkpointer(out / "checkpoints", keep=cfg.keep_checkpoints)
+    stable = Checkpointer(out / "stable", keep=None)
+    records: list[dict[str, Any]] = []
+
+    def emit(rec):
+        if primary:
+            append_records(table, [rec])
+        records.append(rec)
+        done[rec["run_id"]] = rec
+
+    try:
+        state, meta = runner.initial, _fresh_meta()
+        status = "done"
+        if run_id not in done:
+            latest = ckpt.latest_step()
+            if latest is not None:
+                state, meta = ckpt.restore(latest, runner.abstract)
+            log = MetricsLog(out / "metrics.jsonl", resume_step=meta["step"] if latest is not None else None)
+            fork_steps = {b.fork_step: b for b in plan.branches}
+
+            def on_step(st, mt):
+                if mt["step"] in fork_steps:
+                    stable.save(mt["step"], st, dict(mt))
+                if cfg.checkpoint_every and mt["step"] % cfg.checkpoint_every == 0:
+                    ckpt.save(mt["step"], st, dict(mt))
+                if cfg.eval_every and mt["step"] % cfg.eval_every == 0 and mt["tokens"] < plan.total_tokens:
+                    log.write({"step": mt["step"], "tokens": mt["tokens"], "eval_loss": runner.evaluate(st.params)})
+
+            with _progress(cfg, plan.steps, meta["step"], cfg.name) as bar:
+                state, meta, status = runner.run_steps(
+                    state, meta, plan.total_tokens, plan.lr_main(), log, on_step, cfg.stop_after_steps, bar)
+            if status == "stopped":
+                ckpt.save(meta["step"], state, dict(meta))
+                log.close()
+                return []
+            if status == "done":
+                ckpt.save(meta["step"], state, dict(meta))
+                loss = runner.evaluate(state.params)
+                log.write({"step": meta["step"], "tokens": meta["tokens"], "eval_loss": loss})
+            else:
+                loss = math.nan
+            log.close()
+            emit(_record(cfg, plan, runner, run_id, meta, loss, status == "diverged" or not math.isfinite(loss)))
+
+        for b in plan.branches:
+            bid = f"{run_id}-{b.name}"
+            if bid in done:
+                continue
+            if b.fork_step not in stable.steps():
+                # the main run diverged before this fork: a censored observation at this D too
+                dmeta = {"step": 0, "tokens": 0, "wall_s": 0.0}
+                emit(_record(cfg, plan, runner, bid, dmeta, math.nan, True, branch=b, main_id=run_id))
+                continue
+            bstate, bmeta = stable.restore(b.fork_step, runner.abstract)
+            blog = MetricsLog(out / f"metrics-{b.name}.jsonl", resume_step=None)
+            with _progress(cfg, None, 0, b.name) as bar:
+                bstate, bmeta, bstatus = runner.run_steps(bstate, bmeta, b.end_tokens, plan.lr_branch(b), blog,
+                                                          bar=bar)
+            loss = runner.evaluate(bstate.params) if bstatus == "done" else math.nan
+            blog.write({"step": bmeta["step"], "tokens": bmeta["tokens"], "eval_loss": loss})
+            blog.close()
+            emit(_record(cfg, plan, runner, bid, bmeta, loss, not math.isfinite(loss), branch=b, main_id=run_id))
+    finally:
+        ckpt.close()
+        stable.close()
+    return [done[i] for i in ids]
+
+
+def _record(cfg: TrainConfig, plan: Plan, runner: _Runner, run_id: str, meta: dict, loss: float,
+            diverged: bool, branch: Branch | None = None, main_id: str | None = None) -> dict[str, Any]:
+    m, o = cfg.model, cfg.optimizer
+    counts = model_lib.param_counts(m)
+    planned = branch.end_tokens if branch is not None else plan.total_tokens
+    D = meta["tokens"] if not diverged else planned
+    steps = meta["step"] if not diverged else None
+    schedule = plan.label() + (f"/decay@{branch.fork_tokens}" if branch is not None else "")
+    rec = {
+        "run_id": run_id, "N": counts.non_embedding, "N_total": counts.non_embedding,
+        "N_active": counts.non_embedding_active, "D": int(D),
+        "loss": None if diverged or not math.isfinite(loss) else loss,
+        "lr": plan.lr_peak,
+        "batch_tokens": meta["tokens"] / meta["step"] if meta["step"] else plan.batch_at(0),
+        "steps": steps, "diverged": bool(diverged), "seed": cfg.seed,
+        "group": cfg.group or m.arch, "arch": m.arch, "schedule": schedule, "seq_len": m.seq_len,
+        "dataset": runner.corpus.description.split(":")[0],
+        "name": cfg.name, "d_model": m.d_model, "n_layers": m.n_layers, "n_heads": m.n_heads,
+        "d_head": m.d_head, "d_ff": m.d_ff, "n_experts": m.n_experts, "top_k": m.top_k,
+        "shared_expert": m.shared_expert, "capacity_factor": m.capacity_factor, "qk_norm": m.qk_norm,
+        "vocab_size": m.vocab_size, "mup": m.mup is not None,
+        "mup_router": m.mup.router if m.mup else None,
+        "params_total": counts.total, "params_active": counts.active,
+        "flops_per_token": model_lib.flops_per_token(m),
+        "warmup_tokens": plan.warmup_tokens, "decay_tokens": branch.decay_tokens if branch else plan.decay_tokens,
+        "decay_shape": plan.decay_shape, "final_fraction": plan.final_fraction,
+        "weight_decay": o.weight_decay, "weight_decay_timescale": o.weight_decay_timescale,
+        "b1": o.b1, "b2": o.b2, "clip_grad_norm": o.clip_grad_norm,
+        "eval_tokens": runner.eval_tokens, "dropped_fraction": meta.get("last_dropped_fraction"),
+        "b_simple_ema": (meta["ema_trace_cov"] / meta["ema_grad_sq_true"]
+                         if meta.get("ema_grad_sq_true", 0) > 0 else None),
+        "n_devices": jax.device_count(), "wall_time_s": meta.get("wall_s", 0.0),
+    }
+    if diverged:
+        rec["diverged_at_tokens"] = meta["tokens"]
+        rec["diverged_at_step"] = meta["step"]
+    if branch is not None:
+        rec["branch_of"] = main_id
+        rec["fork_tokens"] = branch.fork_tokens
+    if plan.schedule is not None:
+        rec["batch_schedule"] = [dataclasses.asdict(s) for s in plan.schedule.batch]
+    return rec

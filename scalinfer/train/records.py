@@ -1,0 +1,120 @@
+"""The trainer's output files: run-table records and per-step metrics, written safely.
+
+Run table (``runs.jsonl``): one JSON object per line in the canonical columns of
+`scalinfer.runs.schema` (``run_id, N, N_total, N_active, D, loss, lr, batch_tokens, steps,
+diverged, seed, group, arch, schedule, seq_len``) plus the configuration and wall time. ``N`` is
+N_total (``scalinfer.load_runs(..., n_kind="active")`` picks N_active instead). A diverged run
+has ``loss: null`` and ``diverged: true``. Appends take an exclusive lock and rewrite the file
+through a temporary file and ``os.replace``, so a crash or a concurrent writer (a sweep) can never
+leave a half-written or lost record.
+
+Metrics (``metrics.jsonl``): one line per logged step; on resume the lines after the restored
+step (and a torn last line from a killed process) are removed, again by atomic rewrite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from scalinfer.errors import TrainError
+
+__all__ = ["append_records", "read_records", "atomic_write_text", "MetricsLog"]
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _json_value(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _dumps(record: dict[str, Any]) -> str:
+    return json.dumps({k: _json_value(v) for k, v in record.items()}, allow_nan=False)
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a run table (every line must parse: the writer never leaves a torn one)."""
+    if not path.exists():
+        return []
+    out = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise TrainError(f"{path}: line {i} is not a JSON record ({e.msg}); the run table is damaged") from None
+    return out
+
+
+def append_records(path: Path, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Append records atomically; a record whose ``run_id`` is already in the table is not
+    written again. Returns the records actually written."""
+    path = Path(path)
+    with _locked(path):
+        existing = read_records(path)
+        ids = {r.get("run_id") for r in existing}
+        new = [r for r in records if r["run_id"] not in ids]
+        if new:
+            old = path.read_text() if path.exists() else ""
+            if old and not old.endswith("\n"):
+                old += "\n"
+            atomic_write_text(path, old + "".join(_dumps(r) + "\n" for r in new))
+    return new
+
+
+class MetricsLog:
+    """Append-only JSONL of per-step metrics, truncated to ``resume_step`` when resuming."""
+
+    def __init__(self, path: Path, resume_step: int | None = None):
+        self.path = Path(path)
+        if self.path.exists():
+            keep = []
+            for line in self.path.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # the torn last line of a killed process; its step is redone
+                if resume_step is not None and rec.get("step", 0) <= resume_step:
+                    keep.append(line)
+            atomic_write_text(self.path, "".join(line + "\n" for line in keep))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._file.write(_dumps(record) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()

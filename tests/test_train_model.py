@@ -1,0 +1,109 @@
+"""The MoE transformer: routing against a dense reference, capacity drops, counts, causality."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from scalinfer.train import model, moe
+from scalinfer.train.config import ModelConfig
+
+BASE = ModelConfig(vocab_size=256, d_model=16, n_layers=2, n_heads=2, d_ff=8, n_experts=4, top_k=2,
+                   seq_len=16, capacity_factor=1.25)
+
+
+def _layer(cfg, seed=0):
+    return jax.tree.map(lambda a: a[0], model.init_params(cfg, seed)["blocks"])
+
+
+def _reference(x_BxLxD, p, cfg, drop_mask_TxK=None):
+    """Every expert on every token, then pick: the dense-mask MoE the dispatch must equal."""
+    x = np.asarray(x_BxLxD, np.float64).reshape(-1, cfg.d_model)
+    logits = x @ np.asarray(p["router"], np.float64)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    top = np.argsort(-probs, axis=-1, kind="stable")[:, :cfg.top_k]
+    gate = np.take_along_axis(probs, top, -1)
+    if cfg.top_k > 1:
+        gate /= gate.sum(-1, keepdims=True)
+    silu = lambda z: z / (1 + np.exp(-z))  # noqa: E731
+    y = np.zeros_like(x)
+    for t in range(len(x)):
+        for j, e in enumerate(top[t]):
+            if drop_mask_TxK is not None and drop_mask_TxK[t, j]:
+                continue
+            w = {k: np.asarray(p[k][e], np.float64) for k in ("w_gate", "w_up", "w_down")}
+            y[t] += gate[t, j] * ((silu(x[t] @ w["w_gate"]) * (x[t] @ w["w_up"])) @ w["w_down"])
+    return y.reshape(x_BxLxD.shape), top
+
+
+@pytest.mark.parametrize("top_k, capacity_factor", [(2, None), (1, None), (4, None), (2, 4.0)])
+def test_dispatch_equals_dense_reference(top_k, capacity_factor):
+    cfg = dataclasses.replace(BASE, top_k=top_k, capacity_factor=capacity_factor)
+    p = _layer(cfg)
+    x = jnp.asarray(np.random.default_rng(1).normal(size=(3, cfg.seq_len, cfg.d_model)), jnp.float32)
+    y, stats = jax.jit(lambda x, p: moe.moe_mlp(x, p, cfg, 1.0))(x, p)
+    ref, _ = _reference(x, p, cfg)
+    np.testing.assert_allclose(np.asarray(y), ref, rtol=2e-4, atol=2e-5)
+    assert float(stats.dropped_fraction) == 0.0   # dropless, or capacity = the whole group
+
+
+def test_capacity_drops_are_counted_and_zeroed():
+    cfg = dataclasses.replace(BASE, capacity_factor=0.5)
+    p = _layer(cfg, seed=2)
+    x = jnp.asarray(np.random.default_rng(3).normal(size=(3, cfg.seq_len, cfg.d_model)), jnp.float32)
+    y, stats = jax.jit(lambda x, p: moe.moe_mlp(x, p, cfg, 1.0))(x, p)
+    _, top = _reference(x, p, cfg)
+    # Capacity per group (one sequence), served in token order (causal).
+    S, K, E = cfg.seq_len, cfg.top_k, cfg.n_experts
+    C = math.ceil(0.5 * S * K / E)
+    assert moe.capacity(cfg, S) == C
+    dropped = np.zeros(top.shape, bool)
+    for g in range(3):
+        used = np.zeros(E, int)
+        for s in range(S):
+            for k in range(K):
+                e = top[g * S + s, k]
+                dropped[g * S + s, k] = used[e] >= C
+                used[e] += 1
+    assert float(stats.dropped_fraction) == pytest.approx(dropped.mean())
+    assert dropped.mean() >= 0.5 - 1e-9   # at most half the assignments fit at capacity factor 0.5
+    ref, _ = _reference(x, p, cfg, drop_mask_TxK=dropped)
+    np.testing.assert_allclose(np.asarray(y), ref, rtol=2e-4, atol=2e-5)
+
+
+def test_model_counts_causality_and_router_stats():
+    cfg = dataclasses.replace(BASE, shared_expert=True, qk_norm=True)
+    params = model.init_params(cfg, 0)
+    assert sum(a.size for a in jax.tree.leaves(params)) == model.param_counts(cfg).total
+    dense = dataclasses.replace(cfg, n_experts=1, top_k=1, shared_expert=False)
+    shapes = model.init_params(dense, 0)
+    assert "router" not in shapes["blocks"]
+    assert sum(a.size for a in jax.tree.leaves(shapes)) == model.param_counts(dense).total
+
+    tokens = jnp.asarray(np.random.default_rng(1).integers(0, 256, (2, cfg.seq_len + 1)), jnp.int32)
+    f = jax.jit(lambda p, t: model.loss_fn(p, t, cfg))
+    objective, metrics = f(params, tokens)
+    assert abs(float(metrics["loss"]) - math.log(256)) < 1.5       # near uniform at init
+    assert 1.0 <= float(metrics["router_balance"]) < 2.0            # E * sum f P >= ~1, 1 when balanced
+    assert float(objective) > float(metrics["loss"])                # aux and z losses are added
+    logits = jax.jit(lambda p, t: model.forward(p, t, cfg)[0])
+    changed = tokens.at[:, 10:].set(7)
+    a, b = logits(params, tokens[:, :-1]), logits(params, changed[:, :-1])
+    np.testing.assert_allclose(a[:, :10], b[:, :10], rtol=1e-5, atol=1e-5)   # causal
+    assert not np.allclose(a[:, 10:], b[:, 10:])
+
+
+def test_flops_per_token_by_hand():
+    cfg = ModelConfig(vocab_size=256, d_model=32, n_layers=2, n_heads=2, d_ff=64, n_experts=1, top_k=1,
+                      seq_len=64)
+    matmul_params = 2 * (4 * 32 * 32 + 3 * 32 * 64) + 32 * 256
+    attention = 2 * 2 * 2 * 64 * 32          # layers x (QK + AV) x 2 FLOPs x L x (H * K)
+    assert model.flops_per_token(cfg) == 3 * (2 * matmul_params + attention)
+    moe_cfg = dataclasses.replace(cfg, n_experts=8, top_k=2, d_ff=32)
+    assert model.flops_per_token(moe_cfg) == model.flops_per_token(cfg) + 3 * 2 * 2 * 32 * 8   # + router
