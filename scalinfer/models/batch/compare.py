@@ -1,0 +1,135 @@
+"""Ranking fits of the same data by PSIS-LOO (ArviZ `arviz_stats.loo` / `compare`).
+
+LOO compares the expected log predictive density of each observed value left out in turn, so it is only
+meaningful between fits of the *same* observed numbers: the same rows, the same observed variable, the
+same values. `same_data` checks that and `compare_fits` refuses otherwise. The three batch models put their
+likelihood on the same quantity (log steps to target, one entry per cell, censored cells included), so
+fits of one steps-to-target table compare directly; a ``batch-floor`` fit to loss curves observes losses
+and compares only with other fits to those curves.
+
+Works for any scalinfer fit with a ``log_likelihood`` group (NUTS or Laplace draws; a MAP fit has one
+draw and no LOO).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from scalinfer.errors import ModelError
+
+__all__ = ["same_data", "compare_fits", "loo_table"]
+
+#: run columns that identify the data (compared when both fits have them)
+_IDENTITY = ("N", "batch_tokens", "target_loss", "steps_to_target", "step", "loss", "D", "run_id")
+
+
+def _observed(fit) -> dict[str, np.ndarray]:
+    if "observed_data" not in fit.tree.children:
+        return {}
+    ds = fit.tree["observed_data"].to_dataset()
+    return {k: np.asarray(ds[k].values) for k in ds.data_vars}
+
+
+def same_data(a, b, name_a: str = "first fit", name_b: str = "second fit") -> None:
+    """Raise `ModelError` unless fits `a` and `b` were fit to the same observed data."""
+    if a.attrs.get("table_kind") != b.attrs.get("table_kind"):
+        raise ModelError(f"{name_b} was fit to a {b.attrs.get('table_kind')!r} table, {name_a} to a "
+                         f"{a.attrs.get('table_kind')!r} table: LOO compares fits of the same data only")
+    oa, ob = _observed(a), _observed(b)
+    if set(oa) != set(ob):
+        raise ModelError(f"{name_b} observes {', '.join(sorted(ob)) or 'nothing'} but {name_a} observes "
+                         f"{', '.join(sorted(oa)) or 'nothing'}: their likelihoods are of different quantities, "
+                         "so LOO cannot rank them")
+    for k in oa:
+        va, vb = oa[k], ob[k]
+        if va.shape != vb.shape:
+            raise ModelError(f"{name_b} has {vb.size} observations of {k!r}, {name_a} has {va.size}: not the same data")
+    ra, rb = a.runs, b.runs
+    if len(ra) != len(rb):
+        raise ModelError(f"{name_b} was fit to {len(rb)} rows, {name_a} to {len(ra)}: not the same data")
+    for c in _IDENTITY:
+        if c in ra.columns and c in rb.columns:
+            x, y = ra[c].to_numpy(), rb[c].to_numpy()
+            if x.dtype.kind in "fc" or y.dtype.kind in "fc":
+                x, y = x.astype(float), y.astype(float)
+                diff = ~(np.isclose(x, y, rtol=1e-9, atol=0) | (np.isnan(x) & np.isnan(y)))
+            else:
+                diff = x.astype(str) != y.astype(str)
+            if diff.any():
+                i = int(np.flatnonzero(diff)[0])
+                raise ModelError(f"{name_b} and {name_a} differ in row {i}, column {c!r} ({y[i]!r} vs {x[i]!r}): "
+                                 "not the same data")
+
+
+def _loo(fit, name: str):
+    from arviz_stats import loo
+
+    if "log_likelihood" not in fit.tree.children:
+        raise ModelError(f"{name}: the fit has no log-likelihood group (method {fit.method}); refit with nuts")
+    post = fit.posterior
+    if post.sizes["chain"] * post.sizes["draw"] < 10:
+        raise ModelError(f"{name}: {post.sizes['chain'] * post.sizes['draw']} draw(s) (method {fit.method}); "
+                         "LOO needs posterior draws: refit with nuts")
+    return loo(fit.tree, pointwise=True, var_name="obs")
+
+
+def compare_fits(fits: Mapping[str, Any]) -> pd.DataFrame:
+    """Rank fits of the same data by PSIS-LOO.
+
+    Parameters
+    ----------
+    fits : mapping of str to Fit or path
+        Name -> a `Fit` (or a fit file, loaded with `scalinfer.load_fit`). At least two.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per fit, best first: ``rank``, ``model``, ``elpd_loo`` (expected log predictive density,
+        higher is better), ``se``, ``elpd_diff`` (to the best, <= 0), ``dse`` (its standard error),
+        ``p_loo`` (effective parameters), ``weight`` (stacking), ``bad_k`` (observations with Pareto
+        k > 0.7, where the LOO estimate is unreliable), ``n_obs``, ``method``.
+
+    Raises
+    ------
+    ModelError
+        Fewer than two fits, fits of different data, or a fit without posterior draws.
+    """
+    from arviz_stats import compare
+
+    from scalinfer.inference import load_fit
+
+    if len(fits) < 2:
+        raise ModelError("compare needs at least two fits of the same data")
+    loaded = {name: (load_fit(f) if isinstance(f, (str, os.PathLike)) else f) for name, f in fits.items()}
+    names = list(loaded)
+    for other in names[1:]:
+        same_data(loaded[names[0]], loaded[other], names[0], other)
+    elpd = {name: _loo(f, name) for name, f in loaded.items()}
+    table = compare(elpd, round_to="none")
+    rows = []
+    for name in table.index:
+        e = elpd[name]
+        k = np.asarray(e.pareto_k).ravel()
+        rows.append({"fit": name, "rank": int(table.loc[name, "rank"]), "model": loaded[name].attrs["model"],
+                     "elpd_loo": float(table.loc[name, "elpd"]), "se": float(table.loc[name, "se"]),
+                     "elpd_diff": float(table.loc[name, "elpd_diff"]), "dse": float(table.loc[name, "dse"]),
+                     "p_loo": float(table.loc[name, "p"]), "weight": float(table.loc[name, "weight"]),
+                     "bad_k": int(np.sum(k > 0.7)), "n_obs": int(k.size), "method": loaded[name].method})
+    return pd.DataFrame(rows).set_index("fit")
+
+
+def loo_table(table: pd.DataFrame) -> str:
+    """The comparison as a fixed-width text table."""
+    head = (f"{'rank':>4} {'fit':<28} {'model':<13} {'elpd_loo':>10} {'se':>7} {'elpd_diff':>10} {'dse':>7} "
+            f"{'p_loo':>6} {'weight':>6} {'k>0.7':>5}")
+    lines = [head]
+    for name, r in table.iterrows():
+        label = str(name) if len(str(name)) <= 28 else "..." + str(name)[-25:]
+        lines.append(f"{r['rank']:>4} {label:<28} {r['model']:<13} {r['elpd_loo']:>10.2f} {r['se']:>7.2f} "
+                     f"{r['elpd_diff']:>10.2f} {r['dse']:>7.2f} {r['p_loo']:>6.1f} {r['weight']:>6.2f} "
+                     f"{r['bad_k']:>5d}")
+    return "\n".join(lines)

@@ -1,0 +1,182 @@
+"""Tests of the batch models without sampling: the censored likelihood, the piecewise E(S) inversion,
+the data preparation and each model's predictions from hand-made posterior draws (closed forms checked
+against MATH.md section 5 computed here with numpy)."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+from scalinfer.errors import ModelError
+from scalinfer.laws.batch import tokens_min_floor, tokens_wsd_piecewise
+from scalinfer.models import get_model
+from scalinfer.models.batch import FLOOR, OPENAI, WSD
+from scalinfer.models.batch.common import CensoredNormal, pooled, table_arrays, unit_effect
+from scalinfer.models.batch.wsd import steps_wsd_piecewise, wsd_shape
+from scalinfer.runs.schema import validate
+
+jax.config.update("jax_enable_x64", True)
+
+
+def _table(df, kind="steps_to_target"):
+    return validate(df, "test table", kind, row_offset=None)
+
+
+def _small_table():
+    rows = []
+    for N, L in ((1e8, 3.3), (4e8, 3.0)):
+        for B, S in ((32768, 40000), (131072, 11000), (524288, 4000), (2097152, 2500)):
+            rows.append({"N": N, "target_loss": L, "batch_tokens": B, "steps_to_target": S * (N / 1e8) ** 0.3})
+    return pd.DataFrame(rows)
+
+
+def test_registry_serves_the_three_models():
+    assert get_model("batch-openai") is OPENAI
+    assert get_model("batch-wsd") is WSD
+    assert get_model("batch-floor") is FLOOR
+
+
+def test_censored_normal_is_a_density_for_reached_cells_and_a_survival_for_censored_ones():
+    y = jnp.array([0.3, 0.3, 0.3, 0.3])
+    d = CensoredNormal(jnp.array([0.1, 0.1, 0.1, 0.1]), 0.2, jnp.array([False, True, False, True]),
+                       jnp.array([True, True, False, False]))
+    lp = np.asarray(d.log_prob(y))
+    z = (0.3 - 0.1) / 0.2
+    assert lp[0] == pytest.approx(-0.5 * z * z - math.log(0.2) - 0.5 * math.log(2 * math.pi), rel=1e-12)
+    assert lp[1] == pytest.approx(math.log(0.5 * math.erfc(z / math.sqrt(2))), rel=1e-12)
+    assert lp[2] == -np.inf and lp[3] == 0.0  # unreachable: impossible if reached, certain if censored
+    g = jax.grad(lambda m: CensoredNormal(m, 0.2, jnp.array([False, True])).log_prob(jnp.array([0.3, 0.3])).sum())(0.1)
+    assert np.isfinite(g)
+
+
+def test_piecewise_steps_solve_e_of_s_equals_b_s_on_every_stage():
+    # shape parameters on both sides of typical; E(S) continuous, B(S) = E/S decreasing (A_0 > 0)
+    shape = [np.asarray(v) for v in wsd_shape(5000.0, 2e5, 0.45, 0.3, 0.5, 0.8)]
+    S_min, S_1, S_opt, S_2, E_min, C, A_1 = shape
+    B = np.geomspace(A_1 * 1.001, 100 * E_min / S_min, 200)
+    S, ok = (np.asarray(v) for v in steps_wsd_piecewise(B, *shape))
+    assert ok.all()
+    E = np.asarray(tokens_wsd_piecewise(S, *shape))
+    np.testing.assert_allclose(E, B * S, rtol=1e-9)  # the root of E(S) = B S
+    assert np.all(np.diff(S) < 0)  # a larger batch needs fewer steps
+    stage = np.where(S < S_1, 0, np.where(S <= S_2, 1, 2))
+    assert set(stage) == {0, 1, 2}  # the grid crosses all three stages
+    S_low, ok_low = steps_wsd_piecewise(np.array([0.5 * A_1, A_1]), *shape)
+    assert not np.asarray(ok_low).any() and np.all(np.isinf(np.asarray(S_low)))
+    # B_opt = E_min / S_opt reaches the target in S_opt steps with E_min tokens
+    S_at_opt, _ = steps_wsd_piecewise(E_min / S_opt, *shape)
+    assert float(S_at_opt) == pytest.approx(float(S_opt), rel=1e-9)
+
+
+def test_wsd_shape_always_gives_a_decreasing_batch_of_steps():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        rho, mu, phi = rng.uniform(0.01, 0.99, 3)
+        shape = wsd_shape(1.0, 1.0, rho, mu, phi, rng.lognormal(0, 1))
+        S = np.geomspace(float(shape[0]) * 1.0001, 1e4, 400)
+        E = np.asarray(tokens_wsd_piecewise(S, *shape))
+        assert np.all(np.diff(E / S) < 0)
+        assert float(shape[6]) == pytest.approx(rho)  # B_min = A_1 = rho B_opt
+
+
+def test_table_arrays_center_index_units_and_refuse_what_cannot_be_used():
+    data, c = table_arrays(_table(_small_table()), "m")
+    assert c["n_units"] == 2 and c["n_sizes"] == 2 and c["confounded_N_L"] == 1.0
+    assert data["unit"].tolist() == [0] * 4 + [1] * 4
+    assert c["m_N"] == pytest.approx(0.5 * (math.log(1e8) + math.log(4e8)))
+    assert np.max(data["log_b"]) == pytest.approx(-np.min(data["log_b"]))
+    df = _small_table()
+    df.loc[0, "steps_to_target"] = np.nan
+    with pytest.raises(ModelError, match=r"100000000.*never reached|no 'steps'"):
+        table_arrays(_table(df), "m")
+    df["steps"] = 80000.0
+    data, c = table_arrays(_table(df), "m")
+    assert data["censored"].tolist() == [True] + [False] * 7
+    assert data["log_steps"][0] == pytest.approx(math.log(80000) - c["m_S"])
+    one = _small_table().assign(batch_tokens=65536.0, N=[1e8 * (i + 1) for i in range(8)])
+    with pytest.raises(ModelError, match="two or more batch sizes"):
+        table_arrays(_table(one), "m")
+
+
+def test_openai_predictions_follow_the_law_and_use_the_fitted_unit():
+    data, c = OPENAI.prepare(_table(_small_table()))
+    n = 5
+    draws = {"s0": np.full(n, -0.5), "s_N": np.full(n, 0.2), "s_L": np.full(n, -4.0), "k0": np.full(n, 0.3),
+             "k_N": np.full(n, 0.4), "k_L": np.full(n, -3.0), "tau_S": np.full(n, 0.1), "tau_B": np.full(n, 0.2),
+             "sigma": np.full(n, 0.1), "z_S": np.tile([1.0, -1.0], (n, 1)), "z_B": np.tile([0.5, 2.0], (n, 1))}
+    B = np.array([32768.0, 1e6])
+    p = OPENAI.predict(draws, c, N=4e8, target_loss=3.0, batch=B)
+    x_N, x_L = math.log(4e8) - c["m_N"], math.log(3.0) - c["m_L"]
+    S_min = math.exp(-0.5 + 0.2 * x_N - 4.0 * x_L + 0.1 * -1.0 + c["m_S"])  # unit 1 (N=4e8, L=3.0)
+    B_crit = math.exp(0.3 + 0.4 * x_N - 3.0 * x_L + 0.2 * 2.0 + c["m_B"])
+    assert p["batch_crit"].shape == (n,)
+    assert p["batch_crit"][0] == pytest.approx(B_crit, rel=1e-12)
+    np.testing.assert_allclose(p["steps_to_target"][0], S_min * (1 + B_crit / B), rtol=1e-12)
+    np.testing.assert_allclose(p["tokens_to_target"], p["steps_to_target"] * B, rtol=1e-12)
+    assert p["steps_to_target"].shape == (n, 2)
+    # a new unit: fresh deviations, the same in any call for the same (N, L*)
+    a = OPENAI.predict(draws, c, N=2e8, target_loss=3.1)["batch_crit"]
+    b = OPENAI.predict(draws, c, N=[2e8, 9e8], target_loss=[3.1, 2.9])["batch_crit"][:, 0]
+    np.testing.assert_allclose(a, b)
+    assert np.std(np.log(a)) > 0  # the unit scatter enters a new unit's prediction
+    with pytest.raises(ModelError, match="target loss"):
+        OPENAI.predict(draws, c, N=4e8, target_loss=None)
+
+
+def test_floor_predictions_are_the_closed_forms_and_loss_at_tokens_inverts_e_min():
+    rows = []
+    for N in (1e8, 1e9):
+        for B in (32768.0, 262144.0):
+            for s in (100.0, 1000.0, 10000.0):
+                rows.append({"run_id": f"{N}-{B}", "N": N, "batch_tokens": B, "step": s, "D": s * B,
+                             "loss": 2.5 + 100 * s ** -0.7 + 5000 / B})
+    data, c = FLOOR.prepare(_table(pd.DataFrame(rows), "curves"))
+    assert c["curves"] == 1.0 and data["log_loss"].shape == (12,)
+    n = 4
+    L_inf, a, cc, alpha = 2.4, 120.0, 4000.0, 0.8
+    draws = {"alpha": np.full(n, alpha), "l0": np.zeros(n), "l_N": np.zeros(n), "a0": np.zeros(n),
+             "a_N": np.zeros(n), "c0": np.zeros(n), "c_N": np.zeros(n), "tau_l": np.full(n, 0.01),
+             "tau_a": np.full(n, 0.1), "tau_c": np.full(n, 0.1),
+             "log_L_inf": np.full((n, 2), math.log(L_inf)),
+             "log_a": np.full((n, 2), math.log(a) - alpha * c["m_S"]),
+             "log_c": np.full((n, 2), math.log(cc) - c["m_B"])}
+    L = 2.6
+    p = FLOOR.predict(draws, c, N=1e9, target_loss=L, batch=[40000.0, 1e6])
+    gap = L - L_inf
+    b_min = cc / gap
+    s_min = (a / gap) ** (1 / alpha)
+    assert p["batch_min"][0] == pytest.approx(b_min, rel=1e-12)
+    assert p["batch_opt"][0] == pytest.approx((1 + 1 / alpha) * b_min, rel=1e-12)
+    e_min = (1 + 1 / alpha) * b_min * s_min * (1 + alpha) ** (1 / alpha)
+    assert p["batch_crit"][0] == pytest.approx(e_min / s_min, rel=1e-10)
+    expected = (a / (gap - cc / np.array([40000.0, 1e6]))) ** (1 / alpha)
+    np.testing.assert_allclose(p["steps_to_target"][0], expected, rtol=1e-10)
+    # loss after E_min(L) tokens on the token-efficient path is L
+    T = float(tokens_min_floor(b_min, s_min, alpha))
+    assert FLOOR.loss_at_tokens(draws, c, 1e9, T)[0] == pytest.approx(L, rel=1e-10)
+    below = FLOOR.predict(draws, c, N=1e9, target_loss=2.3, batch=[1e6])
+    assert np.isinf(below["batch_min"][0]) and np.isinf(below["steps_to_target"][0, 0])
+
+
+def test_pooled_and_unit_effect_use_fitted_groups_and_reproducible_new_draws():
+    fitted = np.arange(6.0).reshape(3, 2)
+    mean, tau = np.zeros((3, 2)), np.full((3, 1), 1.0)
+    out = pooled(fitted, mean, tau, np.array([1, -1]), np.array([7, 8]), salt=3)
+    np.testing.assert_array_equal(out[:, 0], fitted[:, 1])
+    again = pooled(fitted, mean[:, :1], tau, np.array([-1]), np.array([8]), salt=3)
+    np.testing.assert_array_equal(out[:, 1], again[:, 0])
+    z = unit_effect(np.zeros((1000, 0)), np.full(3, -1), np.array([1, 2, 3]))
+    assert abs(z.mean()) < 0.15 and 0.85 < z.std() < 1.15  # 3000 standard normals: 4+ sd margins
+
+
+def test_models_refuse_tables_of_another_kind():
+    runs = validate(pd.DataFrame({"N": [1e8, 2e8], "D": [1e9, 2e9], "loss": [3.0, 2.9]}), "t", "runs",
+                    row_offset=None)
+    for m in (OPENAI, WSD, FLOOR):
+        with pytest.raises(ModelError, match="steps-to-target tables|loss curves"):
+            m.prepare(runs)
