@@ -44,6 +44,7 @@ def plot_steps(fit, ci: float = 0.9):
     _need_table(fit)
     runs = _table(fit)
     fig, axes = new_figure(ncols=2, width=5.2, height=3.9)
+    axes = np.ravel(axes)
     units = runs[["N", "target_loss"]].drop_duplicates().sort_values(["N", "target_loss"]).to_numpy()
     b_lo, b_hi = runs["batch_tokens"].min() / 2, runs["batch_tokens"].max() * 2
     grid = np.geomspace(b_lo, b_hi, 60)
@@ -85,7 +86,7 @@ def plot_sizes(fit, ci: float = 0.9, n_points: int = 40):
     runs = fit.runs
     qs = [q for q in ("batch_min", "batch_opt", "batch_crit") if q in fit.model.predicts]
     fig, axes = new_figure(ncols=len(qs), width=4.2, height=3.6)
-    axes = np.atleast_1d(axes)
+    axes = np.ravel(axes)
     for i, N in enumerate(sizes):
         Ls = runs.loc[runs["N"] == N, "target_loss"].to_numpy(float)
         lo, hi = Ls.min(), Ls.max()
@@ -109,18 +110,29 @@ def plot_curves(fit, ci: float = 0.9, max_runs: int = 12):
     fig, ax = new_figure(width=6.4, height=4.4)
     draws, constants = fit.draws(), fit.constants
     ids = list(dict.fromkeys(runs["run_id"]))[:max_runs]
-    for i, rid in enumerate(ids):
+    batches = sorted(runs["batch_tokens"].unique())
+    sizes = sorted(runs["N"].unique())
+    styles = ("-", "--", ":", "-.")
+    for rid in ids:
         r = runs[runs["run_id"] == rid].sort_values("step")
         N, B = float(r["N"].iloc[0]), float(r["batch_tokens"].iloc[0])
         S = r["step"].to_numpy(float)
         grid = np.geomspace(S.min(), S.max(), 50)
         d = fit.model.loss(draws, constants, N, grid, B)
-        color = COLORS[i % len(COLORS)]
-        band(ax, grid * B, d, color=color, label=f"N={N:.3g}, B={B:.3g}", cis=(ci,))
-        ax.scatter(S * B, r["loss"], color=color, s=10, zorder=3)
-    label_axes(ax, "tokens seen (tokens)", "loss (nats/token)", "noise-floor surface L(S; B) on the loss curves",
-               logy=False)
-    ax.legend(frameon=False, fontsize=6, ncol=2)
+        color = COLORS[batches.index(B) % len(COLORS)]
+        ls = styles[sizes.index(N) % len(styles)]
+        lo, hi = np.quantile(d, [(1 - ci) / 2, (1 + ci) / 2], axis=0)
+        ax.fill_between(grid * B, lo, hi, color=color, alpha=0.2, lw=0)
+        ax.plot(grid * B, np.median(d, axis=0), color=color, ls=ls, lw=1.4)
+        ax.scatter(S * B, r["loss"], color=color, s=9, zorder=3)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=COLORS[i % len(COLORS)], label=f"B = {b:.3g} tokens") for i, b in enumerate(batches)]
+    handles += [Line2D([], [], color="0.3", ls=styles[i % len(styles)], label=f"N = {n:.3g}") for i, n in enumerate(sizes)]
+    handles.append(Line2D([], [], color="0.3", marker="o", ls="", ms=3, label="data"))
+    label_axes(ax, "tokens seen (tokens)", "loss (nats/token)",
+               f"noise-floor surface L(S; B): median, {int(ci * 100)}% band")
+    ax.legend(handles=handles, frameon=False, fontsize=7, ncol=2)
     if len(ids) < runs["run_id"].nunique():
         ax.text(0.98, 0.98, f"first {len(ids)} of {runs['run_id'].nunique()} runs", transform=ax.transAxes,
                 ha="right", va="top", fontsize=7)
@@ -144,6 +156,7 @@ def plot_schedule(fit, N: float | None = None, D: float | None = None, max_batch
     loss = np.median(loss_d, axis=0)
     pred = fit.model.predict(draws, constants, N=np.full_like(T, N), target_loss=loss)
     fig, axes = new_figure(ncols=3, width=4.4, height=3.6)
+    axes = np.ravel(axes)
     ax = axes[0]
     band(ax, T, np.where(np.isfinite(pred["batch_opt"]), pred["batch_opt"], np.nan), color=COLORS[0],
          label="B_opt at the expected loss", cis=(ci,))

@@ -1,0 +1,195 @@
+"""Fitting the batch models: recovery and a small calibration run, the batch-size schedule, the CLI
+(`predict`, `compare`, `schedule`) and the figures.
+
+Cost: one NUTS fit of ``batch-floor`` on simulated loss curves (shared by every test here that needs a
+posterior, via a module fixture; it is the small version of `benchmarks/calibration_batch.py`) and two
+short NUTS fits of a simulated steps-to-target table for the LOO comparison.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import scalinfer
+from scalinfer.cli import main as cli
+from scalinfer.errors import ModelError
+from scalinfer.models.batch import OPENAI
+from scalinfer.runs.schema import validate
+from scalinfer.schedule import batch_schedule, segment_batches, segment_bounds, write_schedule
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _calibration_module():
+    spec = importlib.util.spec_from_file_location("calibration_batch", ROOT / "benchmarks" / "calibration_batch.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def floor_run():
+    """(calibration row, fit, module) of one simulated data set with known B_min and B_opt.
+
+    Seed 1001 is fixed once; the truth is drawn by the benchmark's `draw_truth`. 2 chains x 300 draws
+    after 300 warmup: enough for 90% intervals (bulk ESS > 200 on this model)."""
+    mod = _calibration_module()
+    row, fit = mod.one(seed=1001, chains=2, warmup=300, samples=300, n_records=8, return_fit=True)
+    return row, fit, mod
+
+
+@pytest.fixture(scope="module")
+def table_fits(tmp_path_factory):
+    """Short NUTS fits of batch-openai and batch-wsd to one simulated steps-to-target table, saved.
+
+    NUTS, not Laplace: on these hierarchical posteriors Laplace draws give PSIS-LOO nothing to work with
+    (every Pareto k > 0.7). 2 x 200 draws suffice to exercise LOO and the CLI."""
+    df = OPENAI.simulate(OPENAI.true_params(), OPENAI.default_design(), seed=3)
+    runs = validate(df, "simulated table", "steps_to_target", row_offset=None)
+    d = tmp_path_factory.mktemp("table_fits")
+    out = {}
+    for m in ("batch-openai", "batch-wsd"):
+        f = scalinfer.fit(runs, model=m, chains=2, warmup=200, samples=200, seed=0)
+        out[m] = (f, f.save(d / f"{m}.nc"))
+    return out
+
+
+@pytest.mark.slow
+def test_floor_recovers_known_batch_min_and_batch_opt(floor_run):
+    row, fit, _ = floor_run
+    # the truth of a data set simulated from the model falls inside the 90% posterior intervals; over many
+    # data sets this happens ~90% of the time (benchmarks/calibration_batch.py measures it); this seed is fixed
+    assert row["batch_min_in90"] and row["batch_opt_in90"], row
+    # and the medians are close: the curves pin B_min to a few percent (10% allows ~2 posterior sd)
+    assert row["batch_min_median"] == pytest.approx(row["batch_min"], rel=0.1)
+    assert row["batch_opt_median"] == pytest.approx(row["batch_opt"], rel=0.1)
+
+
+@pytest.mark.slow
+def test_calibration_small_version_reports_coverage(floor_run):
+    row, _, mod = floor_run
+    out = mod.summarize([row])
+    assert set(out["coverage_50"]) == set(out["coverage_90"]) == {"batch_min", "batch_opt"}
+    assert out["n_datasets"] == 1
+    assert out["coverage_90"] == {"batch_min": 1.0, "batch_opt": 1.0}
+    json.dumps(out)  # the benchmark's last line is this object
+
+
+def test_segment_bounds_and_batches_are_pure_and_exact():
+    np.testing.assert_array_equal(segment_bounds(100.0, 30.0, 80.0), [0, 30, 60, 80])
+    np.testing.assert_array_equal(segment_bounds(100.0, 50.0, 100.0), [0, 50])
+    target, rounded = segment_batches(np.array([10.0, 300.0, 5000.0]), np.array([20.0, 100.0, 100.0]),
+                                      max_batch=4000.0, multiple_of=64)
+    np.testing.assert_array_equal(target, [20.0, 300.0, 4000.0])
+    np.testing.assert_array_equal(rounded, [64, 320, 3968])  # at least one multiple; never above the max
+    with pytest.raises(ModelError, match="no finite positive batch"):
+        segment_batches(np.array([np.inf]), np.array([np.inf]))
+
+
+@pytest.mark.slow
+def test_schedule_follows_the_posterior_median_batch_opt_clipped(floor_run, tmp_path):
+    _, fit, _ = floor_run
+    N, D = 3e8, 1.2e10
+    free = batch_schedule(fit, N=N, D=D, lr_peak=3e-3)
+    max_batch = 0.8 * max(s.batch_opt for s in free.segments if math.isfinite(s.batch_opt))
+    sched = batch_schedule(fit, N=N, D=D, max_batch=max_batch, lr_peak=3e-3, multiple_of=512)
+    # recompute independently from the posterior draws with MATH.md's closed forms at this fitted size
+    d, c = fit.draws(), fit.constants
+    k = [i for i in range(int(c["n_sizes"])) if math.isclose(c[f"size_N_{i}"], N)][0]
+    alpha = d["alpha"]
+    L_inf = np.exp(d["log_L_inf"][:, k])
+    a = np.exp(d["log_a"][:, k] + alpha * c["m_S"])
+    cc = np.exp(d["log_c"][:, k] + c["m_B"])
+    K = (1 + 1 / alpha) * (1 + alpha) ** (1 / alpha) * cc * a ** (1 / alpha)
+    stable = [s for s in sched.segments if math.isfinite(s.loss)]
+    assert len(stable) == 8 and sched.segments[-1].from_tokens == pytest.approx(0.8 * D)
+    for s in stable:
+        loss = np.median(L_inf + (K / s.at_tokens) ** (alpha / (1 + alpha)))
+        b_min = np.median(cc / (loss - L_inf))
+        b_opt = np.median((1 + 1 / alpha) * cc / (loss - L_inf))
+        assert s.at_tokens == pytest.approx(0.5 * (s.from_tokens + s.to_tokens))
+        assert s.loss == pytest.approx(loss, rel=1e-10)
+        assert s.batch_target == pytest.approx(min(max(b_opt, b_min), max_batch), rel=1e-10)
+        assert abs(s.batch_tokens - s.batch_target) <= 512 and s.batch_tokens % 512 == 0
+    batches = [s.batch_target for s in stable]
+    assert all(np.diff(batches) >= 0) and batches[-1] == pytest.approx(max_batch)  # grows, then capped
+    assert sched.segments[-1].batch_tokens == stable[-1].batch_tokens  # held through the LR decay
+    # it is a valid trainer schedule, written atomically by the trainer's own writer
+    from scalinfer.train.schedule_file import load_schedule, validate_schedule
+
+    validate_schedule(sched.to_trainer_dict())
+    path = write_schedule(sched, tmp_path / "schedule.json")
+    loaded = load_schedule(path)
+    assert [b.batch_tokens for b in loaded.batch] == [st["batch_tokens"] for st in sched.stages()]
+    assert loaded.lr.peak == 3e-3 and loaded.lr.decay_start_tokens == pytest.approx(0.8 * D)
+    assert loaded.batch_tokens_at(0.0) == stable[0].batch_tokens
+
+
+@pytest.mark.slow
+def test_cli_predict_schedule_and_plots_from_a_saved_floor_fit(floor_run, tmp_path, capsys):
+    _, fit, _ = floor_run
+    path = fit.save(tmp_path / "floor.nc")
+    assert cli(["predict", str(path), "--N", "3e8", "--target-loss", "2.8", "--batch", "65536,262144",
+                "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for q in ("batch_min", "batch_opt", "batch_crit"):
+        assert out[q]["lo"] <= out[q]["median"] <= out[q]["hi"]
+    assert len(out["steps_to_target"]["median"]) == 2 and len(out["tokens_to_target"]["hi"]) == 2
+    assert out["batch_min"]["median"] < out["batch_opt"]["median"]
+    sched_file, png = tmp_path / "s.json", tmp_path / "s.png"
+    assert cli(["schedule", str(path), "--N", "3e8", "--D", "1.2e10", "--max-batch", "2e5", "--lr", "3e-3",
+                "--json", "-o", str(sched_file), "--plot", str(png)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["schedule"] == json.loads(sched_file.read_text())
+    assert out["schedule"]["format"] == "scalinfer.schedule/1" and png.stat().st_size > 10_000
+    with pytest.raises(SystemExit) as e:  # argparse refuses a non-positive D before anything runs
+        cli(["schedule", str(path), "--N", "3e8", "--D", "-1"])
+    assert e.value.code == 2 and "positive" in capsys.readouterr().err
+    for kind in ("batch-curves", "batch-schedule"):
+        out_png = tmp_path / f"{kind}.png"
+        assert cli(["plot", str(path), kind, "-o", str(out_png)]) == 0
+        assert out_png.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_cli_compare_ranks_fits_of_one_table_and_refuses_other_data(table_fits, tmp_path, capsys):
+    paths = [str(p) for _, p in table_fits.values()]
+    assert cli(["compare", *paths, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["comparison"]
+    assert [r["rank"] for r in rows] == [0, 1]
+    assert rows[0]["elpd_loo"] >= rows[1]["elpd_loo"] and rows[0]["elpd_diff"] == 0
+    assert {r["model"] for r in rows} == {"batch-openai", "batch-wsd"}
+    assert cli(["compare", *paths]) == 0
+    assert "elpd_loo" in capsys.readouterr().out
+    # the same model fit to a different table: refused, with the reason
+    f, _ = table_fits["batch-openai"]
+    df = OPENAI.simulate(OPENAI.true_params(), OPENAI.default_design(), seed=4)
+    other = scalinfer.fit(validate(df, "other", "steps_to_target", row_offset=None), model="batch-openai",
+                          method="map")
+    other_path = other.save(tmp_path / "other.nc")
+    assert cli(["compare", paths[0], str(other_path)]) == 2
+    assert "not the same data" in capsys.readouterr().err
+    assert cli(["compare", paths[0]]) == 2
+    assert "at least two" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_predict_for_a_table_model_and_schedule_refusal(table_fits, capsys, tmp_path):
+    _, path = table_fits["batch-wsd"]
+    assert cli(["predict", str(path), "--N", "3e8", "--target-loss", "3.1", "--batch", "131072,1048576",
+                "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"batch_min", "batch_opt", "batch_crit", "steps_to_target", "tokens_to_target"}
+    _, path = table_fits["batch-openai"]
+    assert cli(["schedule", str(path), "--N", "3e8", "--D", "1e10"]) == 2
+    assert "no token-optimal batch" in capsys.readouterr().err
+    for kind in ("batch-steps", "batch-sizes"):
+        out_png = tmp_path / f"{kind}.png"
+        assert cli(["plot", str(path), kind, "-o", str(out_png)]) == 0
+        assert out_png.stat().st_size > 10_000
