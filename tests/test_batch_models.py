@@ -180,3 +180,16 @@ def test_models_refuse_tables_of_another_kind():
     for m in (OPENAI, WSD, FLOOR):
         with pytest.raises(ModelError, match="steps-to-target tables|loss curves"):
             m.prepare(runs)
+
+
+def test_table_models_take_loss_curves_through_the_conversion():
+    design = FLOOR.default_design(n_records=6)
+    curves = _table(FLOOR.simulate(FLOOR.true_params(), design, seed=0), "curves")
+    m = OPENAI.with_options(target_losses=[3.0, 2.7])
+    data, c = m.prepare(curves)
+    # 12 runs x 2 targets, minus the cells reached before a run's first record (excluded with a reason)
+    table = m.table(curves)
+    assert len(data["log_steps"]) == len(table) and len(table) + len(table.excluded) == 24
+    assert c["n_units"] == 6 and c["confounded_N_L"] == 0.0  # two targets per size separate N from L*
+    assert data["censored"].sum() == c["n_censored"] > 0  # slow runs never reach 2.7: censored, kept
+    assert WSD.with_options(target_losses=[3.0, 2.7]).prepare(curves)[0]["log_steps"].shape == data["log_steps"].shape

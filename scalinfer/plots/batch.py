@@ -26,36 +26,45 @@ _BATCH_NAMES = {"batch_min": "B_min (smallest that reaches L*)", "batch_opt": "B
 
 
 def _need_table(fit):
-    if fit.attrs.get("table_kind") == "curves" and fit.model.name == "batch-floor":
-        raise ModelError("this fit is of loss curves: use the figure kind 'batch-curves'")
     if not fit.model.name.startswith("batch-"):
         raise ModelError(f"figure kinds batch-* need a batch model fit, not {fit.model.name!r}")
+    if fit.constants.get("curves", 0.0) > 0.5:
+        raise ModelError("this batch-floor fit is of loss curves: use the figure kind 'batch-curves'")
 
 
-def _table(fit):
-    runs = fit.runs
-    if "target_loss" not in runs.columns:  # a curves fit of another model: converted table is not stored
-        raise ModelError("the fit does not hold a steps-to-target table")
-    return runs
+def _cells(fit):
+    """The fitted steps-to-target cells, read back from the fit's own data (also when it was fit to curves,
+    whose derived table is not among its runs): N, target_loss, batch_tokens, steps (the observed steps,
+    or the bound of a censored cell) and censored."""
+    import pandas as pd
+
+    c = fit.constants
+    cd = fit.tree["constant_data"].to_dataset()
+    unit = cd["unit"].values.astype(int)
+    log_steps = fit.tree["observed_data"].to_dataset()["log_steps"].values
+    return pd.DataFrame({
+        "N": [c[f"unit_N_{k}"] for k in unit], "target_loss": [c[f"unit_L_{k}"] for k in unit],
+        "batch_tokens": np.exp(cd["log_b"].values + c["m_B"]), "steps": np.exp(log_steps + c["m_S"]),
+        "censored": cd["censored"].values.astype(bool)})
 
 
 def plot_steps(fit, ci: float = 0.9):
     """Steps and tokens to the target vs batch, per unit: data and posterior median with a `ci` band."""
     _need_table(fit)
-    runs = _table(fit)
+    cells = _cells(fit)
     fig, axes = new_figure(ncols=2, width=5.2, height=3.9)
     axes = np.ravel(axes)
-    units = runs[["N", "target_loss"]].drop_duplicates().sort_values(["N", "target_loss"]).to_numpy()
-    b_lo, b_hi = runs["batch_tokens"].min() / 2, runs["batch_tokens"].max() * 2
+    units = cells[["N", "target_loss"]].drop_duplicates().sort_values(["N", "target_loss"]).to_numpy()
+    b_lo, b_hi = cells["batch_tokens"].min() / 2, cells["batch_tokens"].max() * 2
     grid = np.geomspace(b_lo, b_hi, 60)
     draws, constants = fit.draws(), fit.constants
     for i, (N, L) in enumerate(units):
         color = COLORS[i % len(COLORS)]
         pred = fit.model.predict(draws, constants, N=N, target_loss=L, batch=grid)
-        rows = runs[(runs["N"] == N) & (runs["target_loss"] == L)]
-        reached = np.isfinite(rows["steps_to_target"].to_numpy(float))
+        rows = cells[(cells["N"] == N) & (cells["target_loss"] == L)]
+        reached = ~rows["censored"].to_numpy()
         label = f"N={N:.3g}, L*={L:.3g}"
-        for ax, q, col in ((axes[0], "steps_to_target", "steps_to_target"), (axes[1], "tokens_to_target", None)):
+        for ax, q in ((axes[0], "steps_to_target"), (axes[1], "tokens_to_target")):
             d = np.asarray(pred[q], float)
             finite = np.isfinite(d).mean(axis=0) > 0.5
             d = np.where(np.isfinite(d), d, np.nan)
@@ -63,13 +72,11 @@ def plot_steps(fit, ci: float = 0.9):
             lo, hi = np.nanquantile(d[:, finite], [(1 - ci) / 2, (1 + ci) / 2], axis=0)
             ax.fill_between(grid[finite], lo, hi, color=color, alpha=0.18, lw=0)
             B = rows["batch_tokens"].to_numpy(float)
-            S = rows["steps_to_target"].to_numpy(float)
-            y = S if col else S * B
+            y = rows["steps"].to_numpy(float) * (1.0 if q == "steps_to_target" else B)
             ax.scatter(B[reached], y[reached], color=color, s=16, zorder=3)
             if (~reached).any():
-                bound = rows["steps"].to_numpy(float)[~reached]
-                yb = bound if col else bound * B[~reached]
-                ax.scatter(B[~reached], yb, facecolors="none", edgecolors=color, marker="^", s=28, zorder=3)
+                ax.scatter(B[~reached], y[~reached], facecolors="none", edgecolors=color, marker="^", s=28,
+                           zorder=3)
     label_axes(axes[0], "batch B (tokens/step)", "steps to target S", "steps to reach the target loss")
     label_axes(axes[1], "batch B (tokens/step)", "tokens to target E = B S (tokens)", "tokens to reach it")
     axes[0].legend(loc="upper right", frameon=False, fontsize=7)
@@ -83,12 +90,12 @@ def plot_sizes(fit, ci: float = 0.9, n_points: int = 40):
     _need_table(fit)
     constants, draws = fit.constants, fit.draws()
     sizes = [constants[f"size_N_{k}"] for k in range(int(constants["n_sizes"]))]
-    runs = fit.runs
+    cells = _cells(fit)
     qs = [q for q in ("batch_min", "batch_opt", "batch_crit") if q in fit.model.predicts]
     fig, axes = new_figure(ncols=len(qs), width=4.2, height=3.6)
     axes = np.ravel(axes)
     for i, N in enumerate(sizes):
-        Ls = runs.loc[runs["N"] == N, "target_loss"].to_numpy(float)
+        Ls = cells.loc[cells["N"] == N, "target_loss"].to_numpy(float)
         lo, hi = Ls.min(), Ls.max()
         grid = np.linspace(lo * 0.97, hi * 1.03, n_points)
         pred = fit.model.predict(draws, constants, N=np.full_like(grid, N), target_loss=grid)

@@ -258,6 +258,31 @@ class BatchTableModel(Model):
                        "two rest on the prior")
         if c.get("n_censored", 0.0) > 0:
             out.append(f"{int(c['n_censored'])} censored cells (target never reached) enter as lower bounds")
+        out.extend(self._below_data_warnings(fit))
+        return out
+
+    def _below_data_warnings(self, fit) -> list[str]:
+        """B_min / B_opt of the fitted units below the smallest batch tried: the data bound them from above
+        only, so their values rest on the model's shape and priors."""
+        c = fit.constants
+        n = int(c.get("n_units", 0))
+        qs = [q for q in ("batch_opt", "batch_min") if q in self.predicts]
+        if not n or not qs:
+            return []
+        N = np.array([c[f"unit_N_{k}"] for k in range(n)])
+        L = np.array([c[f"unit_L_{k}"] for k in range(n)])
+        import warnings as _w
+
+        with _w.catch_warnings():
+            _w.simplefilter("ignore", RuntimeWarning)
+            pred = self.predict(fit.draws(), c, N=N, target_loss=L)
+        out = []
+        for q in qs:
+            below = int(np.sum(np.median(pred[q], axis=0) < c["min_batch"]))
+            if below:
+                out.append(f"{q} lies below the smallest batch tried ({c['min_batch']:.4g} tokens) in {below} of {n} "
+                           f"(N, target loss) units: the data bound it from above only, and its value there rests "
+                           f"on the model's shape and priors")
         return out
 
 
