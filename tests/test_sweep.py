@@ -134,6 +134,16 @@ def test_small_sweep_with_workers_only_index_and_merge(tmp_path):
     r = run_cli("sweep", path, "--out", out, "--list")
     assert r.code == 0 and r.out.count("done") == 2
 
+    # export: the results without checkpoints
+    r = run_cli("sweep", "--merge", out, "--export", tmp_path / "export")
+    assert r.code == 0, r.err
+    exported = tmp_path / "export"
+    assert (exported / "runs.jsonl").read_text() == before and (exported / "manifest.json").exists()
+    for run in sweep.runs:
+        files = {p.name for p in (exported / "runs" / run.run_id).iterdir()}
+        assert {"config.json", "runs.jsonl", "sweep_run.json", "metrics.jsonl"} <= files
+        assert not any(n.startswith("checkpoint") or n == "stable" for n in files)
+
     # a run id claimed by two folders with different records is an error, not a silent choice
     (out / "runs" / "copy").mkdir()
     rec = json.loads(before.splitlines()[0])

@@ -73,7 +73,7 @@ from scalinfer.train.config import TrainConfig, config_from_dict, config_to_dict
 
 __all__ = [
     "SweepRun", "Sweep", "RunStatus", "SweepResult", "load_sweep", "parse_sweep", "expand_sweep",
-    "run_sweep", "run_one", "worker_loop", "merge", "run_status", "worker_main",
+    "run_sweep", "run_one", "worker_loop", "merge", "export", "run_status", "worker_main",
 ]
 
 _RUNS = "runs"
@@ -501,7 +501,7 @@ def _manifest(out: Path, sweep: Sweep | None, status: dict[str, RunStatus], by_i
     sweep_text = sweep.text if sweep else ""
     return {
         "sweep": sweep.name if sweep else out.name,
-        "sweep_file": sweep.source if sweep else None,
+        "sweep_file": Path(sweep.source).name if sweep else None,
         "sweep_sha256": hashlib.sha256(sweep_text.encode()).hexdigest() if sweep else None,
         "code": _code_commit(), "machine": {**_host(), "jax": jax.__version__,
                                             "devices": [str(x) for x in jax.devices()]},
@@ -509,6 +509,35 @@ def _manifest(out: Path, sweep: Sweep | None, status: dict[str, RunStatus], by_i
         "wall_s_total": round(sum(x["wall_s"] or 0.0 for x in runs), 1),
         "table": _TABLE, "runs": runs,
     }
+
+
+_EXPORTED = ("config.json", _TABLE, _RUN_INFO, _ERROR)
+
+
+def export(out: str | os.PathLike, dest: str | os.PathLike) -> list[str]:
+    """Copy a sweep's results without its checkpoints: ``runs.jsonl``, ``manifest.json``, ``sweep.toml`` and,
+    for every run folder, its config, records, metrics and ``sweep_run.json`` (finished runs only; unfinished
+    ones appear in the merged table with the records they have). Returns the run ids copied.
+
+    Files are copied atomically, so a copy taken while the sweep runs is a consistent snapshot per file.
+    """
+    out, dest = Path(out), Path(dest)
+    merge(out)
+    copied = []
+    for name in (_TABLE, _MANIFEST, "sweep.toml"):
+        if (out / name).exists():
+            atomic_write_text(dest / name, (out / name).read_text())
+    runs_dir = out / _RUNS
+    for d in sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []:
+        if not (d / _RUN_INFO).exists():
+            continue
+        for f in sorted(d.iterdir()):
+            if f.is_file() and (f.name in _EXPORTED or (f.name.startswith("metrics") and f.suffix == ".jsonl")):
+                target = dest / _RUNS / d.name / f.name
+                if not target.exists() or target.read_bytes() != f.read_bytes():
+                    atomic_write_text(target, f.read_text())
+        copied.append(d.name)
+    return copied
 
 
 # ---- running ---------------------------------------------------------------------------------------------

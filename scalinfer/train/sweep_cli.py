@@ -6,7 +6,7 @@
                    [-o SWEEP.toml] [--json]
     scalinfer sweep SWEEP.toml --out DIR [--workers K] [--delete-checkpoints]
     scalinfer sweep SWEEP.toml --out DIR --only RUN_ID|NAME      (or --index I: one run, in this process)
-    scalinfer sweep --merge DIR
+    scalinfer sweep --merge DIR [--export DEST]
     scalinfer sweep SWEEP.toml --list
 
 A sweep re-run with the same ``--out`` skips finished runs and resumes interrupted ones. ``--only`` and
@@ -84,7 +84,14 @@ def cmd_sweep(args) -> int:
             raise TrainError("--merge DIR takes the sweep folder alone")
         res = merge(args.merge)
         _report(res, sys.stderr)
+        if args.export:
+            from scalinfer.train.sweep import export
+
+            copied = export(args.merge, args.export)
+            print(f"exported {len(copied)} finished runs (no checkpoints) to {args.export}", file=sys.stderr)
         return 0 if res.complete or not res.status else 1
+    if args.export:
+        raise TrainError("--export DEST goes with --merge DIR")
     if not args.sweep:
         raise TrainError("give a sweep file (scalinfer sweep SWEEP.toml --out DIR) or --merge DIR")
     if args.list:
@@ -163,6 +170,7 @@ def register(subparsers) -> None:
     s.add_argument("--only", metavar="RUN_ID", help="run only this run (id or name), in this process")
     s.add_argument("--index", type=int, metavar="I", help="run only the I-th run (0-based), in this process")
     s.add_argument("--merge", metavar="DIR", help="merge the run folders of DIR into DIR/runs.jsonl")
+    s.add_argument("--export", metavar="DEST", help="with --merge: copy the results without checkpoints to DEST")
     s.add_argument("--list", action="store_true", help="list the runs (and their state with --out)")
     s.add_argument("--delete-checkpoints", action="store_true",
                    help="delete a run's checkpoints once all its records are written")
