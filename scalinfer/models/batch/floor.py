@@ -48,6 +48,12 @@ Two likelihoods, one model:
 With one target per size (as in Zhang et al.) a table fixes only S_min and B_min per size, not L_inf,g
 and a_g separately; the power laws in N and the priors carry the rest, and the intervals show it.
 
+A limit of the form: S_opt / S_min = (1 + alpha)^(1/alpha) is at most e, so between the fewest steps and
+the token-optimal point lies less than a factor e in steps, and E(B) is near its minimum only over a
+narrow range of batches. Data with a wide range of perfect scaling (E flat over a factor 8 in batch
+while S falls 20-fold, as in Zhang et al.'s runs with weight averaging) are out of its reach: there it
+fits with a large sigma and LOO ranks it last (`benchmarks/zhang_batch.py`).
+
 Priors (L_ref: the smallest loss in the data, observed or target; weakly informative on these scales):
 
 - ``l0 ~ Normal(log(0.8 L_ref), 0.25)``: the floor of an infinitely long, infinitely large-batch run
@@ -76,12 +82,12 @@ import numpyro
 import numpyro.distributions as dist
 import pandas as pd
 
+from numpyro.infer.reparam import LocScaleReparam
+
 from scalinfer.errors import ModelError
 from scalinfer.laws.batch import (batch_min_floor, batch_opt_floor, loss_noise_floor, steps_min_floor,
                                   steps_to_target_floor, tokens_min_floor)
 from scalinfer.models.base import Arrays
-from numpyro.infer.reparam import LocScaleReparam
-
 from scalinfer.models.batch.common import (BatchTableModel, CensoredNormal, enable_x64, pooled, table_arrays,
                                            target_key)
 from scalinfer.runs.schema import RunTable
