@@ -266,8 +266,10 @@ class TrainConfig:
 # ------------------------------------------------------------------------------------------
 
 
-def _moe(d: int, layers: int, heads: int, seq_len: int = 128) -> ModelConfig:
-    return ModelConfig(d_model=d, n_layers=layers, n_heads=heads, d_ff=d, n_experts=8, top_k=2,
+def _moe(d: int, layers: int, seq_len: int = 128) -> ModelConfig:
+    # Heads of 64 (one head below d=128): on CPU the L x L softmax costs per head, not per FLOP,
+    # and head size 32 halves the attention throughput.
+    return ModelConfig(d_model=d, n_layers=layers, n_heads=max(1, d // 64), d_ff=d, n_experts=8, top_k=2,
                        seq_len=seq_len)
 
 
@@ -279,10 +281,10 @@ _SIZES = {
     # name: (model, total_tokens, batch_tokens)
     "tiny": (ModelConfig(d_model=32, n_layers=2, n_heads=2, d_ff=32, n_experts=4, top_k=2, seq_len=64),
              200_000, 2048),
-    "cal-xs": (_moe(48, 2, 2), 2_000_000, 8192),     # N_total 0.13M, N_active 0.05M
-    "cal-s": (_moe(64, 3, 2), 4_000_000, 8192),      # 0.34M, 0.12M
-    "cal-m": (_moe(96, 3, 3), 8_000_000, 16384),     # 0.77M, 0.28M
-    "cal-l": (_moe(128, 2, 4), 12_000_000, 16384),   # 0.92M, 0.33M
+    "cal-xs": (_moe(64, 1), 2_000_000, 8192),     # N_total 0.12M, N_active 0.04M
+    "cal-s": (_moe(64, 3), 4_000_000, 8192),      # 0.34M, 0.12M
+    "cal-m": (_moe(96, 3), 8_000_000, 16384),     # 0.77M, 0.28M
+    "cal-l": (_moe(128, 2), 12_000_000, 16384),   # 0.92M, 0.33M
 }
 
 PRESETS: dict[str, TrainConfig] = {}

@@ -54,6 +54,7 @@ __all__ = ["TrainState", "make_train_step", "make_eval_fn", "Plan", "make_plan",
 _NON_RESULT_FIELDS = ("stop_after_steps", "progress", "log_every", "eval_every", "checkpoint_every",
                       "keep_checkpoints", "runs_table", "multihost")
 _EMA = 0.95  # B_simple: ratio of moving averages of |G|^2 and tr(Sigma), as the law's docstring asks
+_NOISE_METRICS = ("grad_sq_small", "grad_sq_big", "grad_sq_true", "trace_cov", "b_simple")
 
 
 class TrainState(NamedTuple):
@@ -71,47 +72,55 @@ class TrainState(NamedTuple):
 
 
 def make_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, micro_tokens: int):
-    """``step(state, batch_AxBxL1, lr) -> (state, metrics)``: accumulate the gradient over the A
-    micro-batches, apply AdamW at learning rate ``lr``.
+    """``step(state, batch_AxBxL1, n_micro, lr) -> (state, metrics)``: accumulate the gradient
+    over the first ``n_micro`` of the A micro-batches (the rest is padding), apply AdamW at
+    learning rate ``lr``.
 
-    With A > 1 it also estimates the gradient noise scale (MATH.md section 5) from the mean
-    squared norm of the micro-batch gradients (batch ``micro_tokens``) and the squared norm of
-    their mean (batch ``A * micro_tokens``): metrics ``grad_sq_small``, ``grad_sq_big``,
-    ``grad_sq_true`` (|G|^2), ``trace_cov`` (tr Sigma, per token) and ``b_simple`` (tokens).
+    ``n_micro`` is traced, so every batch size of a batch-size schedule runs the same compiled
+    step (the batch is padded to the largest one). With ``n_micro`` >= 2 it also estimates the
+    gradient noise scale (MATH.md section 5) from the mean squared norm of the micro-batch
+    gradients (batch ``micro_tokens``) and the squared norm of their mean (batch
+    ``n_micro * micro_tokens``): metrics ``grad_sq_small``, ``grad_sq_big``, ``grad_sq_true``
+    (|G|^2), ``trace_cov`` (tr Sigma, per token) and ``b_simple`` (tokens); NaN when
+    ``n_micro`` is 1.
     """
     grad_fn = jax.value_and_grad(model_lib.loss_fn, has_aux=True)
 
-    def step(state: TrainState, batch_AxBxL1: jax.Array, lr: jax.Array):
+    def step(state: TrainState, batch_AxBxL1: jax.Array, n_micro: jax.Array, lr: jax.Array):
         A = batch_AxBxL1.shape[0]
         if cfg.router_jitter > 0:  # the only randomness of a step
             key, sub = jax.random.split(jax.random.wrap_key_data(state.rng))
             keys_A, rng = jax.random.split(sub, A), jax.random.key_data(key)
         else:
-            keys_A, rng = [None] * A, state.rng
+            keys_A, rng = None, state.rng
 
-        def micro(carry, inputs):
-            grad_sum, sq_sum = carry
-            batch_BxL1, k = inputs
+        def micro(i):
+            batch_BxL1 = jax.lax.dynamic_index_in_dim(batch_AxBxL1, i, keepdims=False)
+            k = None if keys_A is None else keys_A[i]
             (_, metrics), grads = grad_fn(state.params, batch_BxL1, cfg, k)
-            grad_sum = jax.tree.map(jnp.add, grad_sum, grads)
-            return (grad_sum, sq_sum + optax.global_norm(grads) ** 2), metrics
+            return grads, metrics
 
-        if A == 1:
-            (_, metrics), grads = grad_fn(state.params, batch_AxBxL1[0], cfg, keys_A[0])
-        else:
-            zeros = jax.tree.map(jnp.zeros_like, state.params)
-            (grad_sum, sq_sum), metrics_A = jax.lax.scan(
-                micro, (zeros, jnp.zeros((), jnp.float32)),
-                (batch_AxBxL1, keys_A if cfg.router_jitter > 0 else None), length=A)
-            grads = jax.tree.map(lambda g: g / A, grad_sum)
-            metrics = jax.tree.map(jnp.mean, metrics_A)
-        sq_big = optax.global_norm(grads) ** 2
+        def body(i, carry):
+            grad_sum, sq_sum, metric_sum = carry
+            grads, metrics = micro(i)
+            return (jax.tree.map(jnp.add, grad_sum, grads), sq_sum + optax.tree.norm(grads) ** 2,
+                    jax.tree.map(jnp.add, metric_sum, metrics))
+
+        zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(micro, 0))
+        grad_sum, sq_sum, metric_sum = jax.lax.fori_loop(
+            0, n_micro, body, (zeros[0], jnp.zeros((), jnp.float32), zeros[1]))
+        n = n_micro.astype(jnp.float32)
+        grads = jax.tree.map(lambda g: g / n.astype(g.dtype), grad_sum)
+        metrics = jax.tree.map(lambda m: m / n, metric_sum)
+        sq_big = optax.tree.norm(grads) ** 2
         metrics["grad_norm"] = jnp.sqrt(sq_big)
         if A > 1:
-            sq_small = sq_sum / A
-            gns = b_simple_from_grad_norms(sq_small, sq_big, micro_tokens, A * micro_tokens)
-            metrics.update(grad_sq_small=sq_small, grad_sq_big=sq_big, grad_sq_true=gns.grad_sq_norm,
-                           trace_cov=gns.trace_cov, b_simple=gns.b_simple)
+            sq_small = sq_sum / n
+            gns = b_simple_from_grad_norms(sq_small, sq_big, micro_tokens, n * micro_tokens)
+            nan_if_one = lambda v: jnp.where(n >= 2, v, jnp.nan)  # noqa: E731
+            metrics.update(grad_sq_small=nan_if_one(sq_small), grad_sq_big=nan_if_one(sq_big),
+                           grad_sq_true=nan_if_one(gns.grad_sq_norm), trace_cov=nan_if_one(gns.trace_cov),
+                           b_simple=nan_if_one(gns.b_simple))
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         updates = jax.tree.map(lambda u: (lr * u).astype(u.dtype), updates)
         params = optax.apply_updates(state.params, updates)
@@ -337,8 +346,10 @@ class _Runner:
         self.abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
                                      self.initial)
         self.step_fn = jax.jit(make_train_step(m, self.optimizer, cfg.micro_tokens),
-                               in_shardings=(state_sharding, parallel.batch_sharding(self.mesh), rep),
+                               in_shardings=(state_sharding, parallel.batch_sharding(self.mesh), rep, rep),
                                out_shardings=(state_sharding, rep), donate_argnums=(0,))
+        # Every step's batch is padded to the largest batch of the run: one compiled step.
+        self.max_micro = max(plan.batch_at(t) for t in (0, *plan.step_tokens)) // cfg.micro_tokens
         self.batch_sharding = parallel.batch_sharding(self.mesh)
 
         # Held-out set: whole micro-batches of the first held-out windows (the same set whatever
@@ -353,12 +364,16 @@ class _Runner:
         self.eval_batch = parallel.put_batch(ev[:, first:first + count], self.batch_sharding, ev.shape)
         self.eval_fn = jax.jit(make_eval_fn(m), out_shardings=rep)
 
-    def batch(self, position: int, batch_tokens: int) -> jax.Array:
-        """The global batch [A, micro_seqs, L + 1] made of windows position, position + 1, ..."""
-        A = batch_tokens // self.cfg.micro_tokens
+    def batch(self, position: int, batch_tokens: int) -> tuple[jax.Array, int]:
+        """The global batch [A_max, micro_seqs, L + 1] whose first n micro-batches are windows
+        position, position + 1, ... (the rest zeros), and n."""
+        n = batch_tokens // self.cfg.micro_tokens
         first, count = parallel.process_rows(self.micro_seqs)
-        rows = np.stack([self.sampler.windows(position + a * self.micro_seqs + first, count) for a in range(A)])
-        return parallel.put_batch(rows, self.batch_sharding, (A, self.micro_seqs, self.cfg.model.seq_len + 1))
+        rows = np.zeros((self.max_micro, count, self.cfg.model.seq_len + 1), np.int32)
+        for a in range(n):
+            rows[a] = self.sampler.windows(position + a * self.micro_seqs + first, count)
+        shape = (self.max_micro, self.micro_seqs, self.cfg.model.seq_len + 1)
+        return parallel.put_batch(rows, self.batch_sharding, shape), n
 
     def evaluate(self, params) -> float:
         return float(self.eval_fn(params, self.eval_batch))
@@ -376,9 +391,10 @@ class _Runner:
             t0 = time.perf_counter()
             batch_tokens = self.plan.batch_at(meta["tokens"])
             lr = float(lr_of(meta["tokens"]))
-            batch = self.batch(meta["position"], batch_tokens)
-            state, metrics = self.step_fn(state, batch, jnp.float32(lr))
-            metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+            batch, n_micro = self.batch(meta["position"], batch_tokens)
+            state, metrics = self.step_fn(state, batch, np.int32(n_micro), np.float32(lr))
+            metrics = {k: float(v) for k, v in jax.device_get(metrics).items()
+                       if not (k in _NOISE_METRICS and n_micro < 2)}
             meta["step"] += 1
             meta["tokens"] += batch_tokens
             meta["position"] += batch_tokens // seq_len

@@ -18,7 +18,7 @@ earlier token's second choice).
   block of ``blk`` rows (``nb = ceil(S k / blk) + E`` blocks bound any routing), each block knows
   its expert, and the blocks run as one batched matmul against their experts' gathered weights.
 
-Both directions of the dispatch are gathers (their gradients are scatter-adds, cheap here).
+Dispatch and combine are gathers, and so are their gradients (`dispatch`, `combine`).
 """
 
 from __future__ import annotations
@@ -74,6 +74,61 @@ def dropless_block(cfg: ModelConfig, group: int) -> tuple[int, int]:
     return blk, -(-group * cfg.top_k // blk) + cfg.n_experts
 
 
+# Dispatch and combine as gathers in both directions. Plain indexing would differentiate into
+# scatter-adds over a zero-filled copy; with the inverse index maps at hand, each gradient is a
+# gather too (measured ~2x faster for the whole MoE layer on CPU).
+
+
+def _take_rows(x_NxD, idx_M):
+    """Rows ``idx`` of ``x`` (an index >= N reads zeros)."""
+    return jnp.take(x_NxD, idx_M, axis=0, mode="fill", fill_value=0)
+
+
+@jax.custom_vjp
+def dispatch(x_TxD, src_R, row_TxK):
+    """Expert buffer rows ``buf[r] = x[src[r]]`` (zeros where ``src[r] >= T``). ``row_TxK`` is the
+    inverse map (the row of each token's k-th assignment, >= R when dropped); it makes the
+    gradient a gather: dx[t] = sum_k dbuf[row[t, k]]."""
+    return _take_rows(x_TxD, src_R)
+
+
+def _dispatch_fwd(x_TxD, src_R, row_TxK):
+    return _take_rows(x_TxD, src_R), (src_R, row_TxK)
+
+
+def _dispatch_bwd(res, dbuf_RxD):
+    src_R, row_TxK = res
+    return jnp.sum(_take_rows(dbuf_RxD, row_TxK), axis=1), None, None
+
+
+dispatch.defvjp(_dispatch_fwd, _dispatch_bwd)
+
+
+@jax.custom_vjp
+def combine(out_RxD, gate_TxK, row_TxK, assign_R):
+    """``y[t] = sum_k gate[t, k] * out[row[t, k]]`` (dropped assignments, row >= R, add 0).
+    ``assign_R`` is the inverse map (the assignment t * K + k held by row r, >= T * K when empty);
+    the gradient for ``out`` is then the gather dout[r] = gate[a] * dy[a // K]."""
+    return jnp.einsum("tkd,tk->td", _take_rows(out_RxD, row_TxK), gate_TxK)
+
+
+def _combine_fwd(out_RxD, gate_TxK, row_TxK, assign_R):
+    picked_TxKxD = _take_rows(out_RxD, row_TxK)
+    return jnp.einsum("tkd,tk->td", picked_TxKxD, gate_TxK), (picked_TxKxD, gate_TxK, assign_R)
+
+
+def _combine_bwd(res, dy_TxD):
+    picked_TxKxD, gate_TxK, assign_R = res
+    T, K = gate_TxK.shape
+    dgate_TxK = jnp.einsum("tkd,td->tk", picked_TxKxD, dy_TxD)
+    scale_R = jnp.take(gate_TxK.reshape(-1), assign_R, mode="fill", fill_value=0)
+    dout_RxD = _take_rows(dy_TxD, assign_R // K) * scale_R[:, None].astype(dy_TxD.dtype)
+    return dout_RxD, dgate_TxK, None, None
+
+
+combine.defvjp(_combine_fwd, _combine_bwd)
+
+
 def _rank_in_expert(expert_A, n_experts):
     """Stable sort of assignments by expert: each assignment's rank inside its expert, and the
     per-expert counts."""
@@ -86,30 +141,30 @@ def _rank_in_expert(expert_A, n_experts):
     return rank_A, counts_E
 
 
-def _route_capacity(expert_A, n_experts, cap, top_k):
+def _route_capacity(expert_A, n_experts, cap):
     """One group: the row of each assignment in the [E * C] buffer (E * C when dropped), and the
-    source token of each row (``n_tokens`` for an empty row)."""
+    assignment held by each row (A for an empty row)."""
+    n = expert_A.shape[0]
     rank_A, _ = _rank_in_expert(expert_A, n_experts)
     keep_A = rank_A < cap
     row_A = jnp.where(keep_A, expert_A * cap + rank_A, n_experts * cap)
-    n_tokens = expert_A.shape[0] // top_k
-    token_A = jnp.arange(expert_A.shape[0], dtype=jnp.int32) // top_k
-    src_R = jnp.full((n_experts * cap + 1,), n_tokens, jnp.int32).at[row_A].set(token_A)
-    return row_A, keep_A, src_R[:-1]
+    assign_R = jnp.full((n_experts * cap,), n, jnp.int32).at[row_A].set(
+        jnp.arange(n, dtype=jnp.int32), mode="drop")
+    return row_A, keep_A, assign_R
 
 
-def _route_dropless(expert_A, n_experts, blk, nb, top_k):
-    """One group: the row of each assignment in the [nb * blk] block buffer, the source token of
-    each row, and the expert of each block."""
+def _route_dropless(expert_A, n_experts, blk, nb):
+    """One group: the row of each assignment in the [nb * blk] block buffer, the assignment held
+    by each row (A for a padding row), and the expert of each block."""
+    n = expert_A.shape[0]
     rank_A, counts_E = _rank_in_expert(expert_A, n_experts)
     padded_E = -(-counts_E // blk) * blk
     end_E = jnp.cumsum(padded_E)
     row_A = end_E[expert_A] - padded_E[expert_A] + rank_A
-    n_tokens = expert_A.shape[0] // top_k
-    token_A = jnp.arange(expert_A.shape[0], dtype=jnp.int32) // top_k
-    src_R = jnp.full((nb * blk,), n_tokens, jnp.int32).at[row_A].set(token_A, unique_indices=True)
+    assign_R = jnp.full((nb * blk,), n, jnp.int32).at[row_A].set(
+        jnp.arange(n, dtype=jnp.int32), unique_indices=True)
     block_expert_N = jnp.searchsorted(end_E, jnp.arange(nb) * blk, side="right")
-    return row_A, src_R, jnp.minimum(block_expert_N, n_experts - 1)
+    return row_A, assign_R, jnp.minimum(block_expert_N, n_experts - 1)
 
 
 def moe_mlp(x_BxLxD, p: dict, cfg: ModelConfig, router_out: float, key=None, train: bool = False):
@@ -154,42 +209,40 @@ def _routed(x_TxD, p, cfg: ModelConfig, router_out, key, train):
     balance = E * jnp.sum(load_E * jnp.mean(probs_TxE, axis=0))
     z_loss = jnp.mean(jax.nn.logsumexp(router_logits_TxE, axis=-1) ** 2)
 
-    # Assignments per group in token order: [G, S*K].
+    # Assignments per group in token order: [G, A = S*K]; global assignment index = t * K + k.
     expert_GxA = expert_TxK.reshape(G, S * K)
-    x_pad_T1xD = jnp.concatenate([x_TxD, jnp.zeros((1, D), x_TxD.dtype)])
-    offset_Gx1 = (jnp.arange(G, dtype=jnp.int32) * S)[:, None]
+    A = S * K
     w_gate, w_up, w_down = p["w_gate"], p["w_up"], p["w_down"]
 
     if cfg.capacity_factor is not None:
         C = capacity(cfg, S)
-        row_GxA, keep_GxA, src_GxR = jax.vmap(lambda e: _route_capacity(e, E, C, K))(expert_GxA)
-        # Token index of every buffer row, laid out [E, G*C]; empty rows read the zero row T.
-        src_GxR = jnp.where(src_GxR < S, src_GxR + offset_Gx1, T)
-        src_ExM = src_GxR.reshape(G, E, C).transpose(1, 0, 2).reshape(E, G * C)
-        buf_ExMxD = x_pad_T1xD[src_ExM]
+        row_GxA, keep_GxA, assign_GxR = jax.vmap(lambda e: _route_capacity(e, E, C))(expert_GxA)
+        # Buffer rows laid out [E, G, C] so that each expert's rows of every group are contiguous.
+        g_Gx1 = jnp.arange(G, dtype=jnp.int32)[:, None]
+        assign_ExM = jnp.where(assign_GxR < A, assign_GxR + g_Gx1 * A, T * K).reshape(G, E, C) \
+            .transpose(1, 0, 2).reshape(E * G * C)
+        e_GxA, r_GxA = row_GxA // C, row_GxA % C
+        row_TxK = jnp.where(keep_GxA, e_GxA * (G * C) + g_Gx1 * C + r_GxA, E * G * C).reshape(T, K)
+        buf_ExMxD = dispatch(x_TxD, assign_ExM // K, row_TxK).reshape(E, G * C, D)
         h_ExMxF = jax.nn.silu(jnp.einsum("emd,edf->emf", buf_ExMxD, w_gate)) * jnp.einsum(
             "emd,edf->emf", buf_ExMxD, w_up)
-        out_ExMxD = jnp.einsum("emf,efd->emd", h_ExMxF, w_down)
-        # Where each assignment's output lies in the flattened [E * G * C] rows.
-        e_GxA, r_GxA = row_GxA // C, row_GxA % C
-        flat_GxA = jnp.where(keep_GxA, e_GxA * (G * C) + offset_Gx1 // S * C + r_GxA, E * G * C)
-        out_flat = jnp.concatenate([out_ExMxD.reshape(E * G * C, D), jnp.zeros((1, D), out_ExMxD.dtype)])
+        out_RxD = jnp.einsum("emf,efd->emd", h_ExMxF, w_down).reshape(E * G * C, D)
         dropped = jnp.mean((~keep_GxA).astype(jnp.float32))
     else:
         blk, nb = dropless_block(cfg, S)
-        row_GxA, src_GxR, block_expert_GxN = jax.vmap(
-            lambda e: _route_dropless(e, E, blk, nb, K))(expert_GxA)
-        src_GxR = jnp.where(src_GxR < S, src_GxR + offset_Gx1, T)
-        buf_GxNxBxD = x_pad_T1xD[src_GxR].reshape(G, nb, blk, D)
+        row_GxA, assign_GxR, block_expert_GxN = jax.vmap(
+            lambda e: _route_dropless(e, E, blk, nb))(expert_GxA)
+        g_Gx1 = jnp.arange(G, dtype=jnp.int32)[:, None]
+        assign_R = jnp.where(assign_GxR < A, assign_GxR + g_Gx1 * A, T * K).reshape(-1)
+        row_TxK = (row_GxA + g_Gx1 * (nb * blk)).reshape(T, K)
+        buf_GxNxBxD = dispatch(x_TxD, assign_R // K, row_TxK).reshape(G, nb, blk, D)
         wg, wu, wd = w_gate[block_expert_GxN], w_up[block_expert_GxN], w_down[block_expert_GxN]
         h = jax.nn.silu(jnp.einsum("gnbd,gndf->gnbf", buf_GxNxBxD, wg)) * jnp.einsum(
             "gnbd,gndf->gnbf", buf_GxNxBxD, wu)
-        out_GxNxBxD = jnp.einsum("gnbf,gnfd->gnbd", h, wd)
-        flat_GxA = row_GxA + (jnp.arange(G, dtype=jnp.int32) * (nb * blk))[:, None]
-        out_flat = out_GxNxBxD.reshape(G * nb * blk, D)
+        out_RxD = jnp.einsum("gnbf,gnfd->gnbd", h, wd).reshape(G * nb * blk, D)
+        assign_ExM = assign_R
         dropped = jnp.zeros((), jnp.float32)
 
-    # Combine: gather each assignment's output back, weight by its gate, sum over k.
-    y_TxKxD = out_flat[flat_GxA.reshape(T, K)]
-    y_TxD = jnp.einsum("tkd,tk->td", y_TxKxD, gate_TxK.astype(y_TxKxD.dtype))
+    # Combine: each assignment's output, weighted by its gate, summed over k.
+    y_TxD = combine(out_RxD, gate_TxK.astype(out_RxD.dtype), row_TxK, assign_ExM)
     return y_TxD, MoeStats(balance, z_loss, dropped, load_E * E)

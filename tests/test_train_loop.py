@@ -1,0 +1,216 @@
+"""The train loop end to end on the default corpus: learning, records, exact resume (also after a real
+``kill -9``), divergence, decay branches, batch-size schedules, and 2 devices against 1.
+
+One tiny MoE run (the ``trained`` fixture, ~200 steps) is the reference the other tests compare to;
+they reuse its shapes, so the persistent compilation cache makes their compiles cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from scalinfer.errors import TrainError
+from scalinfer.train import apply_overrides, param_counts, preset, train, write_schedule
+from scalinfer.train.config import DataConfig
+from scalinfer.train.data import default_cache_dir, load_corpus, unigram_entropy
+from scalinfer.train.records import append_records, read_records
+
+ROOT = Path(__file__).resolve().parent.parent
+OVERRIDES = ["name=t", "total_tokens=409600", "batch_tokens=2048", "micro_batch_tokens=1024", "lr=1e-2",
+             "warmup=0.05", "decay=0.2", "decay_points=[0.5]", "eval_every=100", "checkpoint_every=50",
+             "eval_tokens=16384"]
+
+
+def _config(*extra):
+    return apply_overrides(preset("tiny"), [*OVERRIDES, *extra])
+
+
+def _metrics(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _losses(path: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in _metrics(path) if "loss" in r and "eval_loss" not in r}
+
+
+def _subprocess_env(**extra) -> dict[str, str]:
+    env = {**os.environ, "SCALINFER_CACHE": str(default_cache_dir()), "PYTHONPATH": str(ROOT), **extra}
+    env.pop("XLA_FLAGS", None)
+    env.update({k: v for k, v in extra.items()})
+    return env
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("trained")
+    records = train(_config(), out)
+    return out, records
+
+
+def test_loss_falls_well_below_unigram_entropy(trained):
+    out, records = trained
+    eval_tokens = load_corpus(DataConfig(), 256).eval
+    entropy = unigram_entropy(eval_tokens)       # the best model that ignores context
+    assert 3.0 < entropy < 3.6
+    main = records[0]
+    assert main["loss"] < entropy - 0.8, (main["loss"], entropy)
+    evals = [r["eval_loss"] for r in _metrics(out / "metrics.jsonl") if "eval_loss" in r]
+    assert len(evals) == 2 and evals[0] > evals[1] == main["loss"]
+    losses = _losses(out / "metrics.jsonl")
+    assert np.mean([losses[s] for s in range(1, 11)]) > np.mean([losses[s] for s in range(191, 201)]) + 1.0
+
+
+def test_records_load_as_a_run_table(trained):
+    out, records = trained
+    from scalinfer.runs import load_runs
+
+    table = load_runs(out / "runs.jsonl")
+    assert len(table) == 2 and len(table.excluded) == 0
+    df = table.df.set_index("run_id")
+    main, branch = records
+    counts = param_counts(_config().model)
+    assert main["N"] == main["N_total"] == counts.non_embedding
+    assert main["N_active"] == counts.non_embedding_active < main["N_total"]
+    assert (main["D"], main["steps"], main["batch_tokens"], main["lr"]) == (409600, 200, 2048, 1e-2)
+    assert main["diverged"] is False and main["seq_len"] == 64 and main["group"] == "moe-e4k2"
+    assert main["schedule"] == "wsd-linear" and main["wall_time_s"] > 0
+    # the decay branch forks at half the run and decays over 20% of its own length
+    assert branch["branch_of"] == main["run_id"] and branch["fork_tokens"] == 204800
+    assert branch["D"] == 204800 + 51200 and branch["steps"] == 125
+    assert branch["schedule"] == "wsd-linear/decay@204800"
+    assert main["loss"] < branch["loss"] < 3.0
+    assert set(df.index) == {main["run_id"], branch["run_id"]}
+    assert df.loc[branch["run_id"], "D"] == branch["D"]
+    # training again in the same folder is a no-op returning the same records
+    assert train(_config(), out) == records
+    assert len(read_records(out / "runs.jsonl")) == 2
+
+
+def test_metrics_report_router_and_gradient_noise(trained):
+    out, records = trained
+    rows = [r for r in _metrics(out / "metrics.jsonl") if "loss" in r]
+    assert len(rows) == 200
+    last = rows[-1]
+    for key in ("lr", "batch_tokens", "grad_norm", "router_balance", "router_z", "dropped_fraction",
+                "expert_load_max", "grad_sq_small", "grad_sq_big", "b_simple", "b_simple_ema", "step_time_s"):
+        assert key in last, key
+    assert 0.0 <= last["dropped_fraction"] < 0.5
+    assert last["grad_sq_small"] > last["grad_sq_big"]    # a micro-batch gradient is noisier
+    assert records[0]["b_simple_ema"] > 0
+    lrs = [r["lr"] for r in rows]
+    assert lrs[0] == 0.0 and max(lrs) == pytest.approx(1e-2) and lrs[-1] < 1e-3
+    branch = _metrics(out / "metrics-decay204800.jsonl")
+    assert branch[0]["step"] == 101 and branch[-1]["eval_loss"] == records[1]["loss"]
+
+
+def test_stop_and_resume_is_exact(trained, tmp_path):
+    ref = _losses(trained[0] / "metrics.jsonl")
+    assert train(_config("stop_after_steps=30"), tmp_path) == []
+    assert max(_losses(tmp_path / "metrics.jsonl")) == 30
+    assert train(_config("stop_after_steps=60"), tmp_path) == []
+    got = _losses(tmp_path / "metrics.jsonl")
+    assert sorted(got) == list(range(1, 61))
+    np.testing.assert_allclose([got[s] for s in got], [ref[s] for s in got], rtol=1e-6, atol=0)
+    with pytest.raises(TrainError, match="another configuration"):
+        train(_config("stop_after_steps=60", "lr=2e-2"), tmp_path)
+
+
+def test_kill_9_and_resume_is_exact(trained, tmp_path):
+    ref = _losses(trained[0] / "metrics.jsonl")
+    cmd = [sys.executable, "-m", "scalinfer.train.cli", "--preset", "tiny", *OVERRIDES, "checkpoint_every=10",
+           "stop_after_steps=150", "--out", str(tmp_path)]
+    proc = subprocess.Popen(cmd, env=_subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 25:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, f"the run ended before it could be killed: {proc.communicate()[1][-2000:]}"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert max(_losses(metrics)) >= 25
+    assert train(_config("checkpoint_every=10", "stop_after_steps=50"), tmp_path) == []
+    got = _losses(metrics)
+    assert sorted(got) == list(range(1, 51))    # steps after the last checkpoint were redone, once
+    np.testing.assert_allclose([got[s] for s in got], [ref[s] for s in got], rtol=1e-6, atol=0)
+
+
+def test_divergence_is_recorded_not_raised(tmp_path):
+    records = train(_config("lr=1e30", "total_tokens=40960", "decay_points=[0.6]"), tmp_path)
+    assert [r["diverged"] for r in records] == [True, True]
+    main, branch = records
+    assert main["loss"] is None and main["D"] == 40960 and main["diverged_at_step"] <= 5
+    assert branch["loss"] is None and branch["D"] > 0
+    from scalinfer.runs import load_runs
+
+    table = load_runs(tmp_path / "runs.jsonl")
+    assert table.df["diverged"].all() and table.df["loss"].isna().all()
+    last = _metrics(tmp_path / "metrics.jsonl")[-1]
+    assert last["diverged"] is True
+
+
+def test_batch_schedule_file(tmp_path):
+    sched = write_schedule(tmp_path / "batch.json", {
+        "batch": [{"from_tokens": 0, "batch_tokens": 1024}, {"from_tokens": 20480, "batch_tokens": 2048}],
+        "lr": {"peak": 5e-3, "warmup_tokens": 4096, "decay_start_tokens": 32768, "total_tokens": 40960,
+               "decay_shape": "1-sqrt"}})
+    out = tmp_path / "run"
+    (main,) = train(_config(f"schedule_file={json.dumps(str(sched))}", "decay_points=[]", "eval_every=0"), out)
+    rows = [r for r in _metrics(out / "metrics.jsonl") if "loss" in r]
+    assert [r["batch_tokens"] for r in rows] == [1024] * 20 + [2048] * 10
+    assert "b_simple" not in rows[0] and "b_simple" in rows[-1]   # two micro-batches once the batch grew
+    assert rows[4]["lr"] == pytest.approx(5e-3) and rows[-1]["lr"] < 5e-3 * 0.5
+    assert (main["D"], main["steps"], main["lr"], main["batch_tokens"]) == (40960, 30, 5e-3, 40960 / 30)
+    assert main["schedule"] == "wsd-1-sqrt+batch-schedule" and len(main["batch_schedule"]) == 2
+
+
+def test_two_devices_match_one(trained, tmp_path):
+    ref = _losses(trained[0] / "metrics.jsonl")
+    cmd = [sys.executable, "-m", "scalinfer.train.cli", "--preset", "tiny", *OVERRIDES, "stop_after_steps=8",
+           "--out", str(tmp_path)]
+    env = _subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = _losses(tmp_path / "metrics.jsonl")
+    assert sorted(got) == list(range(1, 9))
+    # data parallel over 2 devices changes only the order of float reductions
+    np.testing.assert_allclose([got[s] for s in got], [ref[s] for s in got], rtol=2e-4)
+    assert jax.device_count() != 2 or pytest.fail("the reference run must not itself use 2 devices")
+
+
+def test_cli_dry_run_and_errors(tmp_path, capsys):
+    from scalinfer.train.cli import main
+
+    assert main(["--preset", "cal-s", "decay_points=[0.5]", "--out", str(tmp_path), "--dry-run"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["plan"]["steps"] == 4_000_000 // 8192 and plan["params"]["non_embedding"] > 3e5
+    assert plan["plan"]["branches"][0]["fork_tokens"] >= plan["plan"]["total_tokens"] / 2
+    assert main(["model.top_k=9", "--out", str(tmp_path)]) == 2
+    assert "model.top_k=9 must be between 1 and model.n_experts=4" in capsys.readouterr().err
+
+
+def test_run_table_appends_never_duplicate(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    assert append_records(path, [{"run_id": "a", "loss": 1.0}]) == [{"run_id": "a", "loss": 1.0}]
+    assert append_records(path, [{"run_id": "a", "loss": 2.0}, {"run_id": "b", "loss": math.nan}]) == \
+        [{"run_id": "b", "loss": math.nan}]
+    assert read_records(path) == [{"run_id": "a", "loss": 1.0}, {"run_id": "b", "loss": None}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".runs.jsonl.lock", "runs.jsonl"]
