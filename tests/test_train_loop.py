@@ -182,18 +182,25 @@ def test_batch_schedule_file(tmp_path):
     assert main["schedule"] == "wsd-1-sqrt+batch-schedule" and len(main["batch_schedule"]) == 2
 
 
+@pytest.mark.slow
 def test_two_devices_match_one(trained, tmp_path):
+    """Data parallel (mesh 2 x 1) and expert parallel (mesh 1 x 2: batch split over both axes,
+    experts split over "expert") on 2 CPU devices, in one subprocess, against the 1-device run."""
     ref = _losses(trained[0] / "metrics.jsonl")
-    cmd = [sys.executable, "-m", "scalinfer.train.cli", "--preset", "tiny", *OVERRIDES, "stop_after_steps=8",
-           "--out", str(tmp_path)]
+    runs = {"data": "mesh_expert=1", "expert": "mesh_expert=2"}
+    script = ("import sys; from scalinfer.train.cli import main\n"
+              f"for mesh, out in {[(v, str(tmp_path / k)) for k, v in runs.items()]!r}:\n"
+              f"    assert main(['--preset', 'tiny', *{OVERRIDES!r}, 'stop_after_steps=8', mesh, '--out', out]) == 0\n"
+              "import jax; assert jax.device_count() == 2\n")
     env = _subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    got = _losses(tmp_path / "metrics.jsonl")
-    assert sorted(got) == list(range(1, 9))
-    # data parallel over 2 devices changes only the order of float reductions
-    np.testing.assert_allclose([got[s] for s in got], [ref[s] for s in got], rtol=2e-4)
-    assert jax.device_count() != 2 or pytest.fail("the reference run must not itself use 2 devices")
+    assert jax.device_count() != 2, "the reference run must not itself use 2 devices"
+    for name in runs:
+        got = _losses(tmp_path / name / "metrics.jsonl")
+        assert sorted(got) == list(range(1, 9))
+        # the mesh changes only the order of float reductions
+        np.testing.assert_allclose([got[s] for s in got], [ref[s] for s in got], rtol=2e-4, err_msg=name)
 
 
 def test_cli_dry_run_and_errors(tmp_path, capsys):

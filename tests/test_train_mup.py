@@ -4,6 +4,7 @@ grow with width under standard parametrization."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from scalinfer.train.config import ModelConfig
 from scalinfer.train.coord_check import coord_check
@@ -18,6 +19,7 @@ def _spread(values):
     return values.max(axis=0) / values.min(axis=0)
 
 
+@pytest.mark.slow
 def test_coordinate_check_mup_vs_standard():
     mup = coord_check(BASE, WIDTHS, mup=True, steps=5, lr=1e-2)
     sp = coord_check(BASE, WIDTHS, mup=False, steps=5, lr=1e-2)

@@ -281,7 +281,7 @@ _SIZES = {
     # name: (model, total_tokens, batch_tokens)
     "tiny": (ModelConfig(d_model=32, n_layers=2, n_heads=2, d_ff=32, n_experts=4, top_k=2, seq_len=64),
              200_000, 2048),
-    "cal-xs": (_moe(64, 1), 2_000_000, 8192),     # N_total 0.12M, N_active 0.04M
+    "cal-xs": (_moe(64, 2), 2_000_000, 8192),     # N_total 0.23M, N_active 0.08M
     "cal-s": (_moe(64, 3), 4_000_000, 8192),      # 0.34M, 0.12M
     "cal-m": (_moe(96, 3), 8_000_000, 16384),     # 0.77M, 0.28M
     "cal-l": (_moe(128, 2), 12_000_000, 16384),   # 0.92M, 0.33M

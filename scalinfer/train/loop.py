@@ -43,7 +43,7 @@ from scalinfer.train import data as data_lib
 from scalinfer.train import model as model_lib
 from scalinfer.train import parallel
 from scalinfer.train.checkpoint import Checkpointer
-from scalinfer.train.config import ModelConfig, TrainConfig, check, config_to_dict
+from scalinfer.train.config import ModelConfig, TrainConfig, check, config_from_dict, config_to_dict, preset
 from scalinfer.train.optimizer import decay_fn, make_optimizer, wsd_schedule
 from scalinfer.train.records import MetricsLog, append_records, atomic_write_text, read_records
 from scalinfer.train.schedule_file import Schedule, load_schedule
@@ -441,16 +441,26 @@ def _fresh_meta() -> dict[str, Any]:
     return {"step": 0, "tokens": 0, "position": 0, "wall_s": 0.0}
 
 
-def train(config: TrainConfig, out_dir: str | Path) -> list[dict[str, Any]]:
+def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any]]:
     """Train one configuration (resuming from ``out_dir`` if it holds a checkpoint).
 
-    Returns the run-table records of the main run and of each decay branch (all of them, also
-    those written by an earlier, interrupted invocation), or ``[]`` when ``stop_after_steps``
-    stopped the run before its end. Records are appended to ``out_dir/runs.jsonl`` (or
-    ``runs_table``).
+    ``config`` is a `TrainConfig` or a nested dict laid out like the TOML file (an optional
+    ``"preset"`` key names the defaults, else ``tiny``). Returns the run-table records of the main
+    run and of each decay branch (all of them, also those written by an earlier, interrupted
+    invocation), or ``[]`` when ``stop_after_steps`` stopped the run before its end. Records are
+    appended to ``out_dir/runs.jsonl`` (or ``runs_table``).
+
+    Examples
+    --------
+    >>> records = train({"preset": "cal-xs", "optimizer": {"lr": 3e-3}, "decay_points": [0.5]},
+    ...                 "runs/cal-xs-lr3e-3")                                     # doctest: +SKIP
     """
+    if isinstance(config, dict):
+        d = dict(config)
+        base = preset(d.pop("preset", "tiny"))
+        config = config_from_dict(d, base, where="train(config)")
     if not isinstance(config, TrainConfig):
-        raise TrainError(f"train() needs a TrainConfig, got {type(config).__name__}")
+        raise TrainError(f"train() needs a TrainConfig or a dict, got {type(config).__name__}")
     cfg = config
     check(cfg)
     parallel.initialize(cfg.multihost)
