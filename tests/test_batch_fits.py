@@ -46,17 +46,18 @@ def floor_run():
 
 @pytest.fixture(scope="module")
 def table_fits(tmp_path_factory):
-    """Short NUTS fits of batch-openai and batch-wsd to one simulated steps-to-target table, saved.
+    """Two short NUTS fits of batch-openai to one simulated steps-to-target table (seeds 0 and 1), saved.
 
     NUTS, not Laplace: on these hierarchical posteriors Laplace draws give PSIS-LOO nothing to work with
-    (every Pareto k > 0.7). 2 x 200 draws suffice to exercise LOO and the CLI."""
+    (every Pareto k > 0.7). The same model twice keeps the test cheap (the second fit reuses the compiled
+    programs); benchmarks/zhang_batch.py ranks the three models against each other on real data."""
     df = OPENAI.simulate(OPENAI.true_params(), OPENAI.default_design(), seed=3)
     runs = validate(df, "simulated table", "steps_to_target", row_offset=None)
     d = tmp_path_factory.mktemp("table_fits")
     out = {}
-    for m in ("batch-openai", "batch-wsd"):
-        f = scalinfer.fit(runs, model=m, chains=2, warmup=200, samples=200, seed=0)
-        out[m] = (f, f.save(d / f"{m}.nc"))
+    for seed in (0, 1):
+        f = scalinfer.fit(runs, model="batch-openai", chains=2, warmup=200, samples=200, seed=seed)
+        out[f"openai-{seed}"] = (f, f.save(d / f"openai-{seed}.nc"))
     return out
 
 
@@ -158,35 +159,29 @@ def test_cli_predict_schedule_and_plots_from_a_saved_floor_fit(floor_run, tmp_pa
 
 
 @pytest.mark.slow
-def test_cli_compare_ranks_fits_of_one_table_and_refuses_other_data(table_fits, tmp_path, capsys):
+def test_cli_compare_ranks_fits_of_one_table_and_refuses_other_data(table_fits, floor_run, tmp_path, capsys):
     paths = [str(p) for _, p in table_fits.values()]
     assert cli(["compare", *paths, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["comparison"]
     assert [r["rank"] for r in rows] == [0, 1]
     assert rows[0]["elpd_loo"] >= rows[1]["elpd_loo"] and rows[0]["elpd_diff"] == 0
-    assert {r["model"] for r in rows} == {"batch-openai", "batch-wsd"}
+    assert all(r["n_obs"] == 42 and r["model"] == "batch-openai" for r in rows)
+    # two chains of the same model on the same data: their elpd agree within the Monte Carlo error
+    assert abs(rows[1]["elpd_diff"]) < 2.0
     assert cli(["compare", *paths]) == 0
     assert "elpd_loo" in capsys.readouterr().out
-    # the same model fit to a different table: refused, with the reason
-    f, _ = table_fits["batch-openai"]
-    df = OPENAI.simulate(OPENAI.true_params(), OPENAI.default_design(), seed=4)
-    other = scalinfer.fit(validate(df, "other", "steps_to_target", row_offset=None), model="batch-openai",
-                          method="map")
-    other_path = other.save(tmp_path / "other.nc")
-    assert cli(["compare", paths[0], str(other_path)]) == 2
-    assert "not the same data" in capsys.readouterr().err
+    # a fit of other data (the floor model's loss curves): refused, with the reason
+    _, floor_fit, _ = floor_run
+    other = floor_fit.save(tmp_path / "floor.nc")
+    assert cli(["compare", paths[0], str(other)]) == 2
+    assert "LOO compares fits of the same data only" in capsys.readouterr().err
     assert cli(["compare", paths[0]]) == 2
     assert "at least two" in capsys.readouterr().err
 
 
 @pytest.mark.slow
-def test_cli_predict_for_a_table_model_and_schedule_refusal(table_fits, capsys, tmp_path):
-    _, path = table_fits["batch-wsd"]
-    assert cli(["predict", str(path), "--N", "3e8", "--target-loss", "3.1", "--batch", "131072,1048576",
-                "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert set(out) >= {"batch_min", "batch_opt", "batch_crit", "steps_to_target", "tokens_to_target"}
-    _, path = table_fits["batch-openai"]
+def test_cli_table_model_figures_and_schedule_refusal(table_fits, capsys, tmp_path):
+    _, path = table_fits["openai-0"]
     assert cli(["schedule", str(path), "--N", "3e8", "--D", "1e10"]) == 2
     assert "no token-optimal batch" in capsys.readouterr().err
     for kind in ("batch-steps", "batch-sizes"):

@@ -193,3 +193,28 @@ def test_table_models_take_loss_curves_through_the_conversion():
     assert c["n_units"] == 6 and c["confounded_N_L"] == 0.0  # two targets per size separate N from L*
     assert data["censored"].sum() == c["n_censored"] > 0  # slow runs never reach 2.7: censored, kept
     assert WSD.with_options(target_losses=[3.0, 2.7]).prepare(curves)[0]["log_steps"].shape == data["log_steps"].shape
+
+
+def test_wsd_predictions_follow_the_piecewise_curve_at_a_fitted_unit():
+    data, c = WSD.prepare(_table(_small_table()))
+    n = 3
+    draws = {"s0": np.full(n, 0.5), "s_N": np.full(n, -0.1), "s_L": np.full(n, -4.0), "b0": np.full(n, -1.0),
+             "b_N": np.full(n, 0.3), "b_L": np.full(n, -3.0), "rho": np.full(n, 0.4), "mu": np.full(n, 0.2),
+             "phi": np.full(n, 0.5), "kappa_plus": np.full(n, 0.7), "tau_S": np.full(n, 0.1),
+             "tau_B": np.full(n, 0.2), "sigma": np.full(n, 0.05), "z_S": np.tile([0.5, -1.0], (n, 1)),
+             "z_B": np.tile([1.0, 0.3], (n, 1))}
+    B = np.geomspace(2e4, 1e7, 7)
+    p = WSD.predict(draws, c, N=1e8, target_loss=3.3, batch=B)  # unit 0
+    x_N, x_L = math.log(1e8) - c["m_N"], math.log(3.3) - c["m_L"]
+    S_opt = math.exp(0.5 - 0.1 * x_N - 4.0 * x_L + 0.1 * 0.5 + c["m_S"])
+    B_opt = math.exp(-1.0 + 0.3 * x_N - 3.0 * x_L + 0.2 * 1.0 + c["m_B"])
+    assert p["batch_opt"][0] == pytest.approx(B_opt, rel=1e-12)
+    assert p["batch_min"][0] == pytest.approx(0.4 * B_opt, rel=1e-12)     # B_min = rho B_opt
+    assert p["batch_crit"][0] == pytest.approx(B_opt / 0.2, rel=1e-12)    # E_min / S_min = B_opt / mu
+    shape = wsd_shape(S_opt, B_opt, 0.4, 0.2, 0.5, 0.7)
+    S = p["steps_to_target"][0]
+    ok = B > 0.4 * B_opt
+    np.testing.assert_allclose(np.asarray(tokens_wsd_piecewise(S[ok], *shape)), B[ok] * S[ok], rtol=1e-9)
+    assert (~ok).any() and ok.sum() >= 5
+    assert np.all(np.isinf(S[~ok]))  # at or below B_min the target is out of reach
+    assert WSD.loss_at_tokens(draws, c, 1e8, 1e10).shape == (n,)
