@@ -145,3 +145,14 @@ def test_flops_per_token_by_hand():
     assert model.flops_per_token(cfg) == 3 * (2 * matmul_params + attention)
     moe_cfg = dataclasses.replace(cfg, n_experts=8, top_k=2, d_ff=32)
     assert model.flops_per_token(moe_cfg) == model.flops_per_token(cfg) + 3 * 2 * 2 * 32 * 8   # + router
+
+
+def test_scanned_layers_equal_unrolled(monkeypatch):
+    """Deep models scan over layers, shallow ones unroll them: the same function either way."""
+    params = jax.tree.map(jnp.asarray, model.init_params(BASE, 7))
+    tokens = jnp.asarray(np.random.default_rng(8).integers(0, 256, (2, BASE.seq_len)), jnp.int32)
+    unrolled, aux_u = jax.jit(lambda p, t: model.forward(p, t, BASE))(params, tokens)
+    monkeypatch.setattr(model, "MAX_UNROLLED_LAYERS", 0)
+    scanned, aux_s = jax.jit(lambda p, t: model.forward(p, t, BASE))(params, tokens)
+    np.testing.assert_allclose(np.asarray(scanned), np.asarray(unrolled), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(aux_s.rms_L), np.asarray(aux_u.rms_L), rtol=1e-5)

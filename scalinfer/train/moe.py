@@ -109,18 +109,21 @@ def combine(out_RxD, gate_TxK, row_TxK, assign_R):
     """``y[t] = sum_k gate[t, k] * out[row[t, k]]`` (dropped assignments, row >= R, add 0).
     ``assign_R`` is the inverse map (the assignment t * K + k held by row r, >= T * K when empty);
     the gradient for ``out`` is then the gather dout[r] = gate[a] * dy[a // K]."""
-    return jnp.einsum("tkd,tk->td", _take_rows(out_RxD, row_TxK), gate_TxK)
+    return _combine_fwd(out_RxD, gate_TxK, row_TxK, assign_R)[0]
 
 
 def _combine_fwd(out_RxD, gate_TxK, row_TxK, assign_R):
+    # Elementwise products and sums over k, not einsums: XLA:CPU would make "tkd,tk->td" a
+    # batched dot of T tiny matrices.
     picked_TxKxD = _take_rows(out_RxD, row_TxK)
-    return jnp.einsum("tkd,tk->td", picked_TxKxD, gate_TxK), (picked_TxKxD, gate_TxK, assign_R)
+    y_TxD = jnp.sum(picked_TxKxD * gate_TxK[:, :, None], axis=1)
+    return y_TxD, (picked_TxKxD, gate_TxK, assign_R)
 
 
 def _combine_bwd(res, dy_TxD):
     picked_TxKxD, gate_TxK, assign_R = res
     T, K = gate_TxK.shape
-    dgate_TxK = jnp.einsum("tkd,td->tk", picked_TxKxD, dy_TxD)
+    dgate_TxK = jnp.sum(picked_TxKxD * dy_TxD[:, None, :], axis=2)
     scale_R = jnp.take(gate_TxK.reshape(-1), assign_R, mode="fill", fill_value=0)
     dout_RxD = _take_rows(dy_TxD, assign_R // K) * scale_R[:, None].astype(dy_TxD.dtype)
     return dout_RxD, dgate_TxK, None, None
