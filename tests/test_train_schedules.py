@@ -6,7 +6,6 @@ import dataclasses
 import json
 import math
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

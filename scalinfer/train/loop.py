@@ -303,6 +303,7 @@ def _check_resume_config(out: Path, cfg: TrainConfig) -> None:
 
 def _progress(cfg: TrainConfig, total: int, initial: int, desc: str):
     enabled = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
+    enabled = enabled and jax.process_index() == 0
     return tqdm(total=total, initial=initial, desc=desc, file=sys.stderr, disable=not enabled,
                 dynamic_ncols=True, leave=False)
 
@@ -496,7 +497,8 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
             latest = ckpt.latest_step()
             if latest is not None:
                 state, meta = ckpt.restore(latest, runner.abstract)
-            log = MetricsLog(out / "metrics.jsonl", resume_step=meta["step"] if latest is not None else None)
+            log = MetricsLog(out / "metrics.jsonl", resume_step=meta["step"] if latest is not None else None,
+                             enabled=primary)
             fork_steps = {b.fork_step: b for b in plan.branches}
 
             def on_step(st, mt):
@@ -533,7 +535,7 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
                 emit(_record(cfg, plan, runner, bid, dmeta, math.nan, True, branch=b, main_id=run_id))
                 continue
             bstate, bmeta = stable.restore(b.fork_step, runner.abstract)
-            blog = MetricsLog(out / f"metrics-{b.name}.jsonl", resume_step=None)
+            blog = MetricsLog(out / f"metrics-{b.name}.jsonl", resume_step=None, enabled=primary)
             with _progress(cfg, None, 0, b.name) as bar:
                 bstate, bmeta, bstatus = runner.run_steps(bstate, bmeta, b.end_tokens, plan.lr_branch(b), blog,
                                                           bar=bar)

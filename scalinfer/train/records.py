@@ -95,10 +95,14 @@ def append_records(path: Path, records: Iterable[dict[str, Any]]) -> list[dict[s
 
 
 class MetricsLog:
-    """Append-only JSONL of per-step metrics, truncated to ``resume_step`` when resuming."""
+    """Append-only JSONL of per-step metrics, truncated to ``resume_step`` when resuming.
+    With ``enabled=False`` (every process but the first of a multi-host job) it writes nothing."""
 
-    def __init__(self, path: Path, resume_step: int | None = None):
+    def __init__(self, path: Path, resume_step: int | None = None, enabled: bool = True):
         self.path = Path(path)
+        self._file = None
+        if not enabled:
+            return
         if self.path.exists():
             keep = []
             for line in self.path.read_text().splitlines():
@@ -113,8 +117,10 @@ class MetricsLog:
         self._file = open(self.path, "a")
 
     def write(self, record: dict[str, Any]) -> None:
-        self._file.write(_dumps(record) + "\n")
-        self._file.flush()
+        if self._file is not None:
+            self._file.write(_dumps(record) + "\n")
+            self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
