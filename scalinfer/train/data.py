@@ -185,10 +185,13 @@ class WindowSampler:
 
     def windows(self, start: int, count: int) -> np.ndarray:
         """Windows ``start .. start+count-1`` of the run, as int32 [count, seq_len + 1]."""
-        out = np.empty((count, self.seq_len + 1), np.int32)
-        for i, j in enumerate(range(start, start + count)):
-            w = int(self._permutation(j // self.n_windows)[j % self.n_windows])
-            out[i] = self.tokens[w * self.seq_len: w * self.seq_len + self.seq_len + 1]
+        j = np.arange(start, start + count)
+        ids = np.empty(count, np.int64)
+        for epoch in np.unique(j // self.n_windows):   # a batch spans at most a few epochs
+            here = j // self.n_windows == epoch
+            ids[here] = self._permutation(int(epoch))[j[here] % self.n_windows]
+        offsets = ids[:, None] * self.seq_len + np.arange(self.seq_len + 1)[None, :]
+        out = np.asarray(self.tokens[offsets], np.int32)
         if self.vocab_size < 65536 and out.max(initial=0) >= self.vocab_size:
             raise TrainError(f"{self.source}: token id {int(out.max())} in windows {start}..{start + count - 1} "
                              f"is >= model.vocab_size {self.vocab_size}")
