@@ -121,7 +121,7 @@ def test_small_sweep_with_workers_only_index_and_merge(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert [m["state"] for m in manifest["runs"]] == ["done", "done"]
     assert all(m["wall_s"] > 0 and m["config"]["seed"] == 0 for m in manifest["runs"])
-    assert manifest["machine"]["cpu_count"] and "commit" in manifest["code"]
+    assert manifest["machine"]["cpu_count"] and "commit" in manifest["runs"][0]["code"]
     assert (out / "logs" / "worker-0.log").exists()
 
     # nothing left to do: a re-run, --only and --merge change nothing

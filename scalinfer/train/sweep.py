@@ -369,7 +369,7 @@ def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = Fa
             "attempts": previous.get("attempts", 0) + 1,
             "train_wall_s": {r["run_id"]: r.get("wall_time_s") for r in records},
             "diverged": [r["run_id"] for r in records if r.get("diverged")],
-            "host": platform.node(), "pid": os.getpid(),
+            "host": platform.node(), "pid": os.getpid(), "code": _code_commit(),
         }
         atomic_write_text(info_path, json.dumps(info, indent=2) + "\n")
         if delete_checkpoints:
@@ -496,14 +496,14 @@ def _manifest(out: Path, sweep: Sweep | None, status: dict[str, RunStatus], by_i
             "records": list(r.expected_ids) if r else None, "seed": (cfg or {}).get("seed"),
             "wall_s": info.get("wall_s"), "train_wall_s": info.get("train_wall_s"),
             "attempts": info.get("attempts"), "started": info.get("started"), "finished": info.get("finished"),
-            "host": info.get("host"), "error": st.error if st else None, "config": cfg,
+            "host": info.get("host"), "code": info.get("code"), "error": st.error if st else None, "config": cfg,
         })
     sweep_text = sweep.text if sweep else ""
     return {
         "sweep": sweep.name if sweep else out.name,
         "sweep_file": Path(sweep.source).name if sweep else None,
         "sweep_sha256": hashlib.sha256(sweep_text.encode()).hexdigest() if sweep else None,
-        "code": _code_commit(), "machine": {**_host(), "jax": jax.__version__,
+        "code_at_merge": _code_commit(), "machine": {**_host(), "jax": jax.__version__,
                                             "devices": [str(x) for x in jax.devices()]},
         "written": _now(), "n_records": n_records, "n_runs": len(runs),
         "wall_s_total": round(sum(x["wall_s"] or 0.0 for x in runs), 1),
