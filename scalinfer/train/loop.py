@@ -15,8 +15,9 @@ Files in ``out_dir``::
 
 Resuming: rerun with the same ``out_dir`` (and config). The latest checkpoint restores params,
 optimizer state, step, RNG key and data position, and the loss trajectory continues exactly as
-if uninterrupted. Records already in the run table are not redone. A non-finite training loss
-stops the run: it is recorded as diverged (``loss: null``), never raised.
+if uninterrupted (a damaged latest checkpoint is moved aside with a warning and the one before is
+used: `Checkpointer.restore_latest`). Records already in the run table are not redone. A
+non-finite training loss stops the run: it is recorded as diverged (``loss: null``), never raised.
 """
 
 from __future__ import annotations
@@ -494,10 +495,10 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
         state, meta = runner.initial, _fresh_meta()
         status = "done"
         if run_id not in done:
-            latest = ckpt.latest_step()
-            if latest is not None:
-                state, meta = ckpt.restore(latest, runner.abstract)
-            log = MetricsLog(out / "metrics.jsonl", resume_step=meta["step"] if latest is not None else None,
+            restored = ckpt.restore_latest(runner.abstract)  # a damaged latest falls back to the one before
+            if restored is not None:
+                state, meta = restored
+            log = MetricsLog(out / "metrics.jsonl", resume_step=meta["step"] if restored is not None else None,
                              enabled=primary)
             fork_steps = {b.fork_step: b for b in plan.branches}
 
