@@ -231,3 +231,18 @@ def test_full_disk_writing_the_sweeps_merged_table_keeps_it(tmp_path, monkeypatc
     monkeypatch.undo()
     assert merge(out).n_records == 2
     assert [r["run_id"] for r in read_records(out / "runs.jsonl")] == ["r1", "r2"]
+
+
+def test_missing_fork_checkpoint_of_a_healthy_run_is_an_error_not_a_divergence(tmp_path):
+    """A decay branch whose stable-phase checkpoint was deleted after the main run passed it: recording the
+    branch as diverged would be a false (censored) observation, so the resume stops with a TrainError that
+    names the checkpoint and says how to recover, and writes no record for the branch."""
+    cfg = _config("decay_points=[0.5]", "stop_after_steps=15")
+    assert train(cfg, tmp_path) == []
+    forks = [p for p in (tmp_path / "stable").iterdir() if p.name.isdigit()]
+    assert len(forks) == 1
+    shutil.rmtree(forks[0])
+    with pytest.raises(TrainError, match=r"stable-phase checkpoint at step \d+.*missing.*rerun"):
+        train(_config("decay_points=[0.5]"), tmp_path)
+    records = read_records(tmp_path / "runs.jsonl")
+    assert [r["diverged"] for r in records] == [False]  # the main run only; no false record of the branch

@@ -531,10 +531,18 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
             if bid in done:
                 continue
             if b.fork_step not in stable.steps():
-                # the main run diverged before this fork: a censored observation at this D too
-                dmeta = {"step": 0, "tokens": 0, "wall_s": 0.0}
-                emit(_record(cfg, plan, runner, bid, dmeta, math.nan, True, branch=b, main_id=run_id))
-                continue
+                main = done.get(run_id, {})
+                if main.get("diverged") and (main.get("diverged_at_step") or 0) <= b.fork_step:
+                    # the main run diverged before this fork: a censored observation at this D too
+                    dmeta = {"step": 0, "tokens": 0, "wall_s": 0.0}
+                    emit(_record(cfg, plan, runner, bid, dmeta, math.nan, True, branch=b, main_id=run_id))
+                    continue
+                # the main run passed the fork but its checkpoint is gone: recording the branch as diverged
+                # would be a false observation, so stop and say how to recover
+                raise TrainError(f"{out / 'stable'}: the stable-phase checkpoint at step {b.fork_step}, from which "
+                                 f"decay branch {b.name!r} forks, is missing; the main run passed that step, so the "
+                                 f"branch cannot be trained. To retrain the run and its branches, remove {out} (and "
+                                 f"run {run_id!r}'s records from {table} if it lives elsewhere) and rerun")
             bstate, bmeta = stable.restore(b.fork_step, runner.abstract)
             blog = MetricsLog(out / f"metrics-{b.name}.jsonl", resume_step=None, enabled=primary)
             with _progress(cfg, None, 0, b.name) as bar:
