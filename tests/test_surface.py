@@ -97,13 +97,29 @@ def test_censored_runs_change_the_posterior():
     without = scalinfer.fit(_runs(df[~df["diverged"]]), model="surface", method="map", seed=0)
     a, b = with_c.summary(), without.summary()
     assert with_c.constants["n_censored"] == n_div and without.constants["n_censored"] == 0
-    # log curvature above the optimum = c_lr0 + delta_lr (+ slopes, zero at the data's middle). The censored
-    # runs say "the loss up there exceeded the neighbouring converged run's", which bounds the upper valley from
-    # below; without them it is only held by the few converged runs above the optimum.
+    # the upper LR valley's log curvature (c_lr0 + delta_lr at the data's middle) moves: far above the
+    # optimizer's tolerance. Its direction is not asserted: on 4 settings the MAP trades curvature against
+    # the exponent p and the optimum's position, so which of them absorbs the censored runs varies.
     up_with = a["c_lr0"]["q50"] + a["delta_lr"]["q50"]
     up_without = b["c_lr0"]["q50"] + b["delta_lr"]["q50"]
-    assert abs(up_with - up_without) > 0.05  # far above the optimizer's tolerance (gradient 1e-5)
-    assert up_with > up_without
+    assert abs(up_with - up_without) > 0.05
+    # what censoring says, checked where it says it: each diverged run's loss, had it converged, exceeds its
+    # level (the loss of the converged run below it). The fit that saw them must predict that for (nearly)
+    # all of them, and for no fewer than the fit that did not.
+    from scalinfer.models.surface import surface_terms
+    from scalinfer.plots.surface import _data, _setting_draws
+
+    d, c = _data(with_c), with_c.constants
+    log_lr, log_b = d["x_cens"] + c["m_lr"], d["z_cens"] + c["m_b"]
+    level = d["log_level"] + c["m_y"]
+
+    def above(fit) -> float:
+        k, q = fit.constants, _data(fit)
+        mu, _ = surface_terms(_setting_draws(fit), q["n_s"], q["d_s"], d["s_cens"], (log_lr - k["m_lr"])[None],
+                              (log_b - k["m_b"])[None])
+        return float(np.mean(np.asarray(mu)[0] + k["m_y"] > level))
+
+    assert above(with_c) >= 0.9 and above(with_c) >= above(without), (above(with_c), above(without))
 
 
 def test_divergence_ratio_and_censor_levels():
