@@ -10,6 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from scalinfer.inference.runtime import prepare_runtime
+
+# CPU devices for parallel chains must be asked for before JAX starts; a test module that runs JAX code at
+# import or in a fixture before its first fit would otherwise leave every fit with one device
+prepare_runtime(4)
+
 ROOT = Path(__file__).resolve().parent.parent
 DATASETS = ROOT.parent / "shared" / "datasets"
 

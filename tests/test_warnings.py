@@ -16,10 +16,11 @@ from conftest import run_cli
 @pytest.fixture(scope="module")
 def healthy(tmp_path_factory):
     runs = scalinfer.simulate("chinchilla", seed=6)
-    f = scalinfer.fit(runs, model="chinchilla", chains=2, warmup=200, samples=200, seed=6)
-    # short chains may already be flagged for ESS or a marginal R-hat; each test checks its own damage shows
-    # up where it was absent before
-    assert f.divergences == 0 and not any("piles" in w or "alpha: " in w for w in f.warnings()), f.warnings()
+    f = scalinfer.fit(runs, model="chinchilla", chains=2, warmup=300, samples=400, seed=6)
+    # short chains may already be flagged for low ESS; each test checks that its own damage shows up where it
+    # was absent before (no divergences, nothing piled against a bound, no R-hat flag on alpha)
+    assert f.divergences == 0 and not any("piles" in w or ("R-hat" in w and "alpha:" in w)
+                                          for w in f.warnings()), f.warnings()
     return f
 
 

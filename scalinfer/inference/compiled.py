@@ -115,7 +115,7 @@ def tree_unraveler(z: dict[str, Any]) -> Callable[[np.ndarray], dict[str, np.nda
     def unravel(flat):
         flat = np.asarray(flat)
         lead = flat.shape[:-1]
-        parts = [flat[..., e - n:e].reshape(*lead, *s) for e, n, s in zip(ends, sizes, shapes)]
+        parts = [flat[..., e - n:e].reshape(tuple(lead) + tuple(s)) for e, n, s in zip(ends, sizes, shapes)]
         return jax.tree_util.tree_unflatten(treedef, parts)
 
     return unravel

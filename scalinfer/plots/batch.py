@@ -6,6 +6,8 @@ kind                   figure
 ``batch-steps``        steps and tokens to the target against the batch, per (N, L*) unit: the data (censored
                        cells as open triangles at their bound) and the posterior median with 90% band
 ``batch-sizes``        B_min, B_opt, B_crit (those the model defines) against the target loss, per model size
+``batch-vs-N``         B_min, B_opt, B_crit against the model size N at a target loss L*(N) (by default the power
+                       law through the data's targets), extrapolation beyond the largest fitted size shaded
 ``batch-curves``       ``batch-floor`` on loss curves: loss against tokens per run, data and posterior
 ``batch-schedule``     the batch-size schedule over tokens with B_opt and B_min along the run, the expected loss,
                        and the WSD learning rate (options ``N``, ``D``, ``max_batch`` or a ``schedule``)
@@ -17,9 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from scalinfer.errors import ModelError
-from scalinfer.plots.style import COLORS, band, label_axes, new_figure
+from scalinfer.plots.style import (COLORS, EXTRAPOLATION_COLOR, band, label_axes, new_figure,
+                                   shade_extrapolation)
 
-__all__ = ["KINDS", "plot_steps", "plot_sizes", "plot_curves", "plot_schedule"]
+__all__ = ["KINDS", "plot_steps", "plot_sizes", "plot_vs_N", "plot_curves", "plot_schedule"]
 
 _BATCH_NAMES = {"batch_min": "B_min (smallest that reaches L*)", "batch_opt": "B_opt (fewest tokens)",
                 "batch_crit": "B_crit (OpenAI, E_min / S_min)"}
@@ -48,41 +51,111 @@ def _cells(fit):
         "censored": cd["censored"].values.astype(bool)})
 
 
-def plot_steps(fit, ci: float = 0.9):
-    """Steps and tokens to the target vs batch, per unit: data and posterior median with a `ci` band."""
+_MARKS = {"batch_opt": ("--", "B_opt (median)"), "batch_min": (":", "B_min (median)"),
+          "batch_crit": ("-.", "B_crit (median)")}
+
+
+def _default_marks(model) -> tuple[str, ...]:
+    """B_min and B_opt where the model has them, else its B_crit."""
+    if "batch_opt" in model.predicts:
+        return tuple(q for q in ("batch_min", "batch_opt") if q in model.predicts)
+    return tuple(q for q in ("batch_crit",) if q in model.predicts)
+
+
+def plot_steps(fit, ci: float = 0.9, mark: tuple[str, ...] | None = None):
+    """Steps and tokens to the target vs batch, per unit: data and posterior median with a `ci` band.
+
+    `mark`: batch sizes to mark per unit with a vertical line at their posterior median (``batch_min``,
+    ``batch_opt``, ``batch_crit``; default B_min and B_opt where the model has them, else B_crit). The
+    batch axis widens to show them; batches outside those tried are shaded. Where a draw cannot reach the
+    target (at or below its B_min) its steps are infinite: the band then runs off the top of the axes.
+    """
+    from matplotlib.lines import Line2D
+
     _need_table(fit)
     cells = _cells(fit)
-    fig, axes = new_figure(ncols=2, width=5.2, height=3.9)
+    mark = _default_marks(fit.model) if mark is None else tuple(mark)
+    unknown = [q for q in mark if q not in _MARKS or q not in fit.model.predicts]
+    if unknown:
+        raise ModelError(f"model {fit.model.name!r} cannot mark {', '.join(unknown)} "
+                         f"(it predicts {', '.join(q for q in _MARKS if q in fit.model.predicts) or 'none of them'})")
+    fig, axes = new_figure(ncols=2, width=5.4, height=4.2)
     axes = np.ravel(axes)
     units = cells[["N", "target_loss"]].drop_duplicates().sort_values(["N", "target_loss"]).to_numpy()
-    b_lo, b_hi = cells["batch_tokens"].min() / 2, cells["batch_tokens"].max() * 2
-    grid = np.geomspace(b_lo, b_hi, 60)
     draws, constants = fit.draws(), fit.constants
+    marks = {}
+    if mark:
+        pred = fit.model.predict(draws, constants, N=units[:, 0], target_loss=units[:, 1])
+        marks = {q: np.median(np.asarray(pred[q], float), axis=0) for q in mark}
+    tried_lo, tried_hi = cells["batch_tokens"].min(), cells["batch_tokens"].max()
+    shown = [v for m in marks.values() for v in m if np.isfinite(v) and v > 0]
+    b_lo = min([tried_lo / 2] + [0.7 * v for v in shown])
+    b_hi = max([tried_hi * 2] + [1.4 * v for v in shown])
+    grid = np.geomspace(b_lo, b_hi, 120)
+    ylims = []
+    for ax, q in zip(axes, ("steps_to_target", "tokens_to_target")):
+        y = cells["steps"].to_numpy(float) * (1.0 if q == "steps_to_target" else cells["batch_tokens"].to_numpy(float))
+        ylims.append((y.min() / 2.0, y.max() * 4.0))
     for i, (N, L) in enumerate(units):
         color = COLORS[i % len(COLORS)]
         pred = fit.model.predict(draws, constants, N=N, target_loss=L, batch=grid)
         rows = cells[(cells["N"] == N) & (cells["target_loss"] == L)]
         reached = ~rows["censored"].to_numpy()
         label = f"N={N:.3g}, L*={L:.3g}"
-        for ax, q in ((axes[0], "steps_to_target"), (axes[1], "tokens_to_target")):
-            d = np.asarray(pred[q], float)
-            finite = np.isfinite(d).mean(axis=0) > 0.5
-            d = np.where(np.isfinite(d), d, np.nan)
-            ax.plot(grid[finite], np.nanmedian(d[:, finite], axis=0), color=color, lw=1.6, label=label)
-            lo, hi = np.nanquantile(d[:, finite], [(1 - ci) / 2, (1 + ci) / 2], axis=0)
-            ax.fill_between(grid[finite], lo, hi, color=color, alpha=0.18, lw=0)
+        for ax, q, (_, y_hi) in zip(axes, ("steps_to_target", "tokens_to_target"), ylims):
+            # unreachable draws (inf) sort to the top: cap them above the axes so quantiles stay honest
+            d = np.minimum(np.where(np.isnan(pred[q]), np.inf, np.asarray(pred[q], float)), y_hi * 1e3)
+            ax.plot(grid, np.median(d, axis=0), color=color, lw=1.6, label=label)
+            lo, hi = np.quantile(d, [(1 - ci) / 2, (1 + ci) / 2], axis=0)
+            ax.fill_between(grid, lo, hi, color=color, alpha=0.18, lw=0)
             B = rows["batch_tokens"].to_numpy(float)
             y = rows["steps"].to_numpy(float) * (1.0 if q == "steps_to_target" else B)
             ax.scatter(B[reached], y[reached], color=color, s=16, zorder=3)
             if (~reached).any():
                 ax.scatter(B[~reached], y[~reached], facecolors="none", edgecolors=color, marker="^", s=28,
                            zorder=3)
-    label_axes(axes[0], "batch B (tokens/step)", "steps to target S", "steps to reach the target loss")
+            for m, v in marks.items():
+                if np.isfinite(v[i]) and v[i] > 0:
+                    ax.axvline(v[i], color=color, ls=_MARKS[m][0], lw=1.1, alpha=0.85)
+    label_axes(axes[0], "batch B (tokens/step)", "steps to target S (steps)", "steps to reach the target loss")
     label_axes(axes[1], "batch B (tokens/step)", "tokens to target E = B S (tokens)", "tokens to reach it")
-    axes[0].legend(loc="upper right", frameon=False, fontsize=7)
-    axes[1].text(0.02, 0.97, f"{fit.model.name}: median, {int(ci * 100)}% band; dots: data, "
-                 f"open triangles: never reached (lower bound)", transform=axes[1].transAxes, fontsize=7, va="top")
+    for ax, lims in zip(axes, ylims):
+        ax.set_xlim(b_lo, b_hi)
+        ax.set_ylim(*lims)
+        if b_lo < tried_lo:
+            ax.axvspan(b_lo, tried_lo, color=EXTRAPOLATION_COLOR, zorder=0)
+        if tried_hi < b_hi:
+            ax.axvspan(tried_hi, b_hi, color=EXTRAPOLATION_COLOR, zorder=0)
+    handles = [Line2D([], [], color=COLORS[i % len(COLORS)], lw=1.6, label=f"N={N:.3g}, L*={L:.3g}")
+               for i, (N, L) in enumerate(units)]
+    handles += [Line2D([], [], color="0.3", lw=1.6, label=f"{fit.model.name}: median"),
+                _patch(f"{int(ci * 100)}% credible band"),
+                Line2D([], [], color="0.3", marker="o", ls="", ms=4, label="data")]
+    if cells["censored"].any():
+        handles.append(Line2D([], [], color="0.3", marker="^", mfc="none", ls="", ms=5,
+                              label="never reached (lower bound)"))
+    handles += [Line2D([], [], color="0.3", ls=_MARKS[m][0], lw=1.1, label=_MARKS[m][1]) for m in marks]
+    if b_lo < tried_lo or tried_hi < b_hi:
+        handles.append(_patch("batches not tried", color=EXTRAPOLATION_COLOR, alpha=1.0, edgecolor="0.6"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(5, len(handles)), frameon=False, fontsize=8)
     return fig
+
+
+def _plain_ticks(axis):
+    """Decimal tick labels on a log axis that spans less than a decade (a loss: 2.4 ... 3.5)."""
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=np.arange(1, 10) / 10, numticks=20))
+    axis.set_major_formatter(ScalarFormatter())
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _patch(label: str, color: str = "0.3", alpha: float = 0.18, edgecolor: str | None = None):
+    """A legend entry for a shaded area."""
+    from matplotlib.patches import Patch
+
+    return Patch(facecolor=color, alpha=alpha, edgecolor=edgecolor or "none", lw=0.6 if edgecolor else 0,
+                 label=label)
 
 
 def plot_sizes(fit, ci: float = 0.9, n_points: int = 40):
@@ -106,6 +179,94 @@ def plot_sizes(fit, ci: float = 0.9, n_points: int = 40):
     for ax, q in zip(axes, qs):
         label_axes(ax, "target loss L* (nats/token)", f"{q} (tokens/step)", _BATCH_NAMES[q], logx=False)
     axes[0].legend(frameon=False, fontsize=7)
+    return fig
+
+
+def _loss_along_N(fit, target_loss):
+    """(function N -> target loss, label) for `plot_vs_N`: the data's own relation by default."""
+    c = fit.constants
+    units = np.array([(c[f"unit_N_{k}"], c[f"unit_L_{k}"]) for k in range(int(c["n_units"]))])
+    if callable(target_loss):
+        return target_loss, "given L*(N)"
+    if target_loss is not None:
+        L = float(target_loss)
+        if not (np.isfinite(L) and L > 0):
+            raise ModelError(f"target_loss must be a positive number of nats/token, got {target_loss!r}")
+        return (lambda N: np.full(np.shape(N), L)), f"L* = {L:.3g} at every N"
+    if np.unique(units[:, 0]).size < 2:
+        raise ModelError("the fit has one model size, so it has no relation between N and the target loss to "
+                         "follow: give target_loss (a number or a function of N)")
+    k, a = np.polyfit(np.log(units[:, 0]), np.log(units[:, 1]), 1)
+    label = f"L* = {np.exp(a):.3g} N^{k:.3f} (least squares on the data's targets)"
+    return (lambda N: np.exp(a + k * np.log(N))), label
+
+
+def plot_vs_N(fit, N_max: float | None = None, target_loss=None, ci: float = 0.9, n_points: int = 40,
+              quantities: tuple[str, ...] | None = None):
+    """B_min, B_opt, B_crit (those the model defines) against the model size N, at a target loss that moves
+    with N, with the region beyond the largest fitted size shaded.
+
+    Which target at each N: by default the power law L*(N) through the fitted (N, L*) units (log-log least
+    squares; in Zhang et al.'s table each size's target is its Chinchilla-optimal loss), else a number
+    (one target for every N) or a function of N. The left panel shows that relation and the data's targets;
+    the right one the posterior medians with `ci` bands along it (a new size's deviation from the power laws
+    included) and each fitted unit's own posterior (points, `ci` error bars). Options: `N_max` (default 10x
+    the largest fitted N), `quantities` (default all three the model has).
+    """
+    from matplotlib.lines import Line2D
+
+    _need_table(fit)
+    c, draws = fit.constants, fit.draws()
+    qs = tuple(q for q in _BATCH_NAMES if q in fit.model.predicts) if quantities is None else tuple(quantities)
+    bad = [q for q in qs if q not in _BATCH_NAMES or q not in fit.model.predicts]
+    if bad or not qs:
+        raise ModelError(f"model {fit.model.name!r} has no {', '.join(bad) or 'batch size'} to draw "
+                         f"(it predicts {', '.join(q for q in _BATCH_NAMES if q in fit.model.predicts)})")
+    loss_of, relation = _loss_along_N(fit, target_loss)
+    N_max = 10.0 * c["max_N"] if N_max is None else float(N_max)
+    if not (np.isfinite(N_max) and N_max > c["min_N"]):
+        raise ModelError(f"N_max must exceed the smallest fitted size {c['min_N']:.3g}, got {N_max!r}")
+    grid = np.geomspace(c["min_N"] / 1.5, N_max, n_points)
+    L_grid = loss_of(grid)
+    pred = fit.model.predict(draws, c, N=grid, target_loss=L_grid)
+    units = np.array([(c[f"unit_N_{k}"], c[f"unit_L_{k}"]) for k in range(int(c["n_units"]))])
+    at_units = fit.model.predict(draws, c, N=units[:, 0], target_loss=units[:, 1])
+    fig, axes = new_figure(ncols=2, width=5.0, height=4.0)
+    axes = np.ravel(axes)
+    ax = axes[0]
+    ax.plot(grid, L_grid, color="0.3", lw=1.6, label=relation)
+    ax.scatter(units[:, 0], units[:, 1], color="k", s=18, zorder=3, label="the data's targets")
+    label_axes(ax, "model size N (parameters)", "target loss L* (nats/token)", "the target at each size")
+    _plain_ticks(ax.yaxis)
+    ax.set_xlim(grid[0], grid[-1])
+    shade_extrapolation(ax, c["max_N"], label=None)
+    ax.legend(frameon=False, fontsize=7, loc="upper right")
+    ax = axes[1]
+    lo_q, hi_q = (1 - ci) / 2, (1 + ci) / 2
+    for j, q in enumerate(qs):
+        color = COLORS[j % len(COLORS)]
+        d = np.where(np.isfinite(pred[q]), pred[q], np.nan)
+        band(ax, grid, d, color=color, label=_BATCH_NAMES[q], cis=(ci,))
+        u = np.asarray(at_units[q], float)
+        med, lo, hi = np.median(u, axis=0), np.quantile(u, lo_q, axis=0), np.quantile(u, hi_q, axis=0)
+        ax.errorbar(units[:, 0], med, yerr=[med - lo, hi - med], fmt="o", color=color, ms=4, capsize=2,
+                    lw=1, zorder=3)
+    label_axes(ax, "model size N (parameters)", "batch (tokens/step)", f"batch sizes at L*(N), {fit.model.name}")
+    for b in (c["min_batch"], c["max_batch"]):
+        ax.axhline(b, color="0.45", ls=(0, (1, 2)), lw=1.0, zorder=1)
+    missing = ~np.all(np.stack([np.isfinite(np.asarray(pred[q], float)).all(axis=0) for q in qs]), axis=0)
+    if missing.any():  # e.g. batch-floor where L*(N) reaches the fitted floor: no batch reaches the target
+        ax.text(0.98, 0.02, f"no finite posterior beyond N = {grid[~missing].max():.3g}" if (~missing).any()
+                else "no finite posterior along L*(N)", transform=ax.transAxes, ha="right", va="bottom", fontsize=7)
+    ax.set_xlim(grid[0], grid[-1])
+    shade_extrapolation(ax, c["max_N"], label=None)
+    handles, _ = ax.get_legend_handles_labels()
+    handles += [Line2D([], [], color="0.3", marker="o", ls="", ms=4,
+                       label=f"fitted sizes: median, {int(ci * 100)}% interval"),
+                _patch(f"{int(ci * 100)}% credible band"),
+                Line2D([], [], color="0.45", ls=(0, (1, 2)), lw=1.0, label="smallest and largest batch tried"),
+                _patch("beyond the largest fitted size", color=EXTRAPOLATION_COLOR, alpha=1.0, edgecolor="0.6")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, frameon=False, fontsize=8)
     return fig
 
 
@@ -165,10 +326,11 @@ def plot_schedule(fit, N: float | None = None, D: float | None = None, max_batch
     fig, axes = new_figure(ncols=3, width=4.4, height=3.6)
     axes = np.ravel(axes)
     ax = axes[0]
+    pct = f"{int(ci * 100)}%"
     band(ax, T, np.where(np.isfinite(pred["batch_opt"]), pred["batch_opt"], np.nan), color=COLORS[0],
-         label="B_opt at the expected loss", cis=(ci,))
+         label=f"B_opt at the expected loss (median, {pct})", cis=(ci,))
     band(ax, T, np.where(np.isfinite(pred["batch_min"]), pred["batch_min"], np.nan), color=COLORS[2],
-         label="B_min", cis=(ci,))
+         label=f"B_min (median, {pct})", cis=(ci,))
     xs, ys = [], []
     for s in schedule.segments:
         xs += [max(s.from_tokens, T[0]), s.to_tokens]
@@ -179,7 +341,14 @@ def plot_schedule(fit, N: float | None = None, D: float | None = None, max_batch
     label_axes(ax, "tokens seen (tokens)", "batch (tokens/step)", f"batch schedule, N={N:.3g}")
     ax.legend(frameon=False, fontsize=7)
     ax = axes[1]
-    band(ax, T, loss_d, color=COLORS[1], label="expected loss (token-efficient path)", cis=(ci,))
+    band(ax, T, loss_d, color=COLORS[1], label=f"expected loss, token-efficient path (median, {pct})", cis=(ci,))
+    stable = [g for g in schedule.segments if np.isfinite(g.loss)]
+    ax.scatter([g.at_tokens for g in stable], [g.loss for g in stable], color="k", s=14, zorder=3,
+               label="where each batch was chosen")
+    if "min_target_loss" in constants and "max_target_loss" in constants:
+        # where the expected loss leaves the fitted targets, the E_min(L*) law is extrapolated
+        ax.axhspan(constants["min_target_loss"], constants["max_target_loss"], color="0.6", alpha=0.18, lw=0,
+                   zorder=0, label="target losses in the data")
     label_axes(ax, "tokens seen (tokens)", "loss (nats/token)", "expected loss along the run", logy=False)
     ax.legend(frameon=False, fontsize=7)
     ax = axes[2]
@@ -199,5 +368,5 @@ def plot_schedule(fit, N: float | None = None, D: float | None = None, max_batch
     return fig
 
 
-KINDS = {"batch-steps": plot_steps, "batch-sizes": plot_sizes, "batch-curves": plot_curves,
+KINDS = {"batch-steps": plot_steps, "batch-sizes": plot_sizes, "batch-vs-N": plot_vs_N, "batch-curves": plot_curves,
          "batch-schedule": plot_schedule}

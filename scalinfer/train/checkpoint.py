@@ -3,17 +3,46 @@ the loop's bookkeeping (data position, tokens seen, wall time...) as JSON, saved
 
 Orbax writes each step into a temporary folder and renames it when complete, so a run killed
 while saving (even by ``kill -9``) leaves the previous checkpoint intact.
+
+A checkpoint damaged afterwards (a file truncated, overwritten or deleted: a full disk, a bad copy, a
+cleanup gone wrong) is caught when it is read: `Checkpointer.restore_latest` then warns
+(`CheckpointWarning`, naming the step and the reason), moves the damaged step aside to
+``<directory>/<step>.corrupt`` and falls back to the previous checkpoint. Orbax stores a checksum with
+every array chunk, so damage to the array data is found, never silently restored.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 
-__all__ = ["Checkpointer"]
+from scalinfer.errors import TrainError
+
+__all__ = ["Checkpointer", "CheckpointWarning"]
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint could not be restored and an older one is used instead."""
+
+
+def _reason(e: BaseException) -> str:
+    """One line saying why a restore failed: the innermost cause (tensorstore's message names the file and
+    the damage, e.g. a byte range past the end of a truncated file or a failed decompression)."""
+    inner, seen = e, {id(e)}
+    while (nxt := inner.__cause__ or inner.__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        inner = nxt
+    text = " ".join(str(inner).split()) or type(inner).__name__
+    text = re.sub(r" See full TensorStore details: .*", "", text)
+    if len(text) > 300:
+        text = text[:297] + "..."
+    return f"{type(inner).__name__}: {text}"
 
 
 class Checkpointer:
@@ -53,6 +82,54 @@ class Checkpointer:
         out = self._manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
         return out["state"], dict(out["meta"])
+
+    def restore_latest(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
+        """Restore the newest checkpoint that can be read, or None when there is none.
+
+        When a step fails to restore (truncated, overwritten or missing files), the previous one is
+        tried. Once one restores, a `CheckpointWarning` names the damaged step(s), the reason and the
+        step resumed from, and the damaged steps are moved aside to ``<step>.corrupt`` so that the
+        resumed run saves those steps afresh. When none restores, a one-line `TrainError` says what to
+        do (nothing is moved).
+        """
+        steps = sorted(self.steps(), reverse=True)
+        failed: list[tuple[int, str]] = []
+        for step in steps:
+            try:
+                restored = self.restore(step, like)
+            except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types for damaged files
+                failed.append((step, _reason(e)))
+                continue
+            if failed:
+                moved = ", ".join(str(p) for p in self._set_aside([s for s, _ in failed]))
+                damage = "; ".join(f"step {s}: {why}" for s, why in failed)
+                warnings.warn(f"checkpoint step {failed[0][0]} in {self.directory} cannot be restored ({damage}); "
+                              f"falling back to step {step} and resuming from there (the damaged checkpoint was "
+                              f"moved aside to {moved}; delete it once inspected)", CheckpointWarning, stacklevel=2)
+            return restored
+        if failed:
+            raise TrainError(
+                f"no checkpoint in {self.directory} can be restored (step {failed[0][0]}: {failed[0][1]}"
+                + (f"; step{'s' * (len(failed) > 2)} {', '.join(str(s) for s, _ in failed[1:])} too"
+                   if len(failed) > 1 else "")
+                + f"); move {self.directory} away (or delete it) and rerun to restart the run from step 0")
+        return None
+
+    def _set_aside(self, steps: list[int]) -> list[Path]:
+        """Rename damaged step folders to ``<step>.corrupt`` (a name orbax ignores; the first process
+        renames, the others wait), so the resumed run saves those steps afresh. Returns the new paths."""
+        moved = []
+        for step in steps:
+            dest, n = self.directory / f"{step}.corrupt", 1
+            while dest.exists():
+                dest, n = self.directory / f"{step}.corrupt.{n}", n + 1
+            if jax.process_index() == 0 and (self.directory / str(step)).exists():
+                os.replace(self.directory / str(step), dest)
+            moved.append(dest)
+        if jax.process_count() > 1:
+            ocp.multihost.sync_global_processes("scalinfer_checkpoint_set_aside")
+        self._manager.reload()
+        return moved
 
     def close(self) -> None:
         self._manager.close()

@@ -15,8 +15,9 @@ Files in ``out_dir``::
 
 Resuming: rerun with the same ``out_dir`` (and config). The latest checkpoint restores params,
 optimizer state, step, RNG key and data position, and the loss trajectory continues exactly as
-if uninterrupted. Records already in the run table are not redone. A non-finite training loss
-stops the run: it is recorded as diverged (``loss: null``), never raised.
+if uninterrupted (a damaged latest checkpoint is moved aside with a warning and the one before is
+used: `Checkpointer.restore_latest`). Records already in the run table are not redone. A
+non-finite training loss stops the run: it is recorded as diverged (``loss: null``), never raised.
 """
 
 from __future__ import annotations
@@ -494,10 +495,10 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
         state, meta = runner.initial, _fresh_meta()
         status = "done"
         if run_id not in done:
-            latest = ckpt.latest_step()
-            if latest is not None:
-                state, meta = ckpt.restore(latest, runner.abstract)
-            log = MetricsLog(out / "metrics.jsonl", resume_step=meta["step"] if latest is not None else None,
+            restored = ckpt.restore_latest(runner.abstract)  # a damaged latest falls back to the one before
+            if restored is not None:
+                state, meta = restored
+            log = MetricsLog(out / "metrics.jsonl", resume_step=meta["step"] if restored is not None else None,
                              enabled=primary)
             fork_steps = {b.fork_step: b for b in plan.branches}
 
@@ -530,10 +531,18 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
             if bid in done:
                 continue
             if b.fork_step not in stable.steps():
-                # the main run diverged before this fork: a censored observation at this D too
-                dmeta = {"step": 0, "tokens": 0, "wall_s": 0.0}
-                emit(_record(cfg, plan, runner, bid, dmeta, math.nan, True, branch=b, main_id=run_id))
-                continue
+                main = done.get(run_id, {})
+                if main.get("diverged") and (main.get("diverged_at_step") or 0) <= b.fork_step:
+                    # the main run diverged before this fork: a censored observation at this D too
+                    dmeta = {"step": 0, "tokens": 0, "wall_s": 0.0}
+                    emit(_record(cfg, plan, runner, bid, dmeta, math.nan, True, branch=b, main_id=run_id))
+                    continue
+                # the main run passed the fork but its checkpoint is gone: recording the branch as diverged
+                # would be a false observation, so stop and say how to recover
+                raise TrainError(f"{out / 'stable'}: the stable-phase checkpoint at step {b.fork_step}, from which "
+                                 f"decay branch {b.name!r} forks, is missing; the main run passed that step, so the "
+                                 f"branch cannot be trained. To retrain the run and its branches, remove {out} (and "
+                                 f"run {run_id!r}'s records from {table} if it lives elsewhere) and rerun")
             bstate, bmeta = stable.restore(b.fork_step, runner.abstract)
             blog = MetricsLog(out / f"metrics-{b.name}.jsonl", resume_step=None, enabled=primary)
             with _progress(cfg, None, 0, b.name) as bar:

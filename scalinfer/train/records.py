@@ -5,8 +5,9 @@ Run table (``runs.jsonl``): one JSON object per line in the canonical columns of
 diverged, seed, group, arch, schedule, seq_len``) plus the configuration and wall time. ``N`` is
 N_total (``scalinfer.load_runs(..., n_kind="active")`` picks N_active instead). A diverged run
 has ``loss: null`` and ``diverged: true``. Appends take an exclusive lock and rewrite the file
-through a temporary file and ``os.replace``, so a crash or a concurrent writer (a sweep) can never
-leave a half-written or lost record.
+through a temporary file and ``os.replace`` (`scalinfer._io.atomic_write_text`), so a crash, a full
+disk or a concurrent writer (a sweep) can never leave a half-written or lost record: a failed write
+raises a `TrainError` naming the file and leaves the previous table as it was.
 
 Metrics (``metrics.jsonl``): one line per logged step; on resume the lines after the restored
 step (and a torn last line from a killed process) are removed, again by atomic rewrite.
@@ -18,28 +19,22 @@ import contextlib
 import fcntl
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from scalinfer._io import atomic_write_text
 from scalinfer.errors import TrainError
 
 __all__ = ["append_records", "read_records", "atomic_write_text", "MetricsLog"]
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def _rewrite(path: Path, text: str, what: str, unchanged: str) -> None:
+    """`atomic_write_text`, with a failed write (a full disk, a read-only folder...) turned into a
+    `TrainError` naming the file; the temporary file is gone and ``path`` is as it was."""
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        atomic_write_text(path, text)
+    except OSError as e:
+        raise TrainError(f"cannot write {what} {path} ({e.strerror or e}); {unchanged}") from e
 
 
 @contextlib.contextmanager
@@ -90,7 +85,9 @@ def append_records(path: Path, records: Iterable[dict[str, Any]]) -> list[dict[s
             old = path.read_text() if path.exists() else ""
             if old and not old.endswith("\n"):
                 old += "\n"
-            atomic_write_text(path, old + "".join(_dumps(r) + "\n" for r in new))
+            _rewrite(path, old + "".join(_dumps(r) + "\n" for r in new), "the run table",
+                     f"the table is unchanged ({len(existing)} records) and the {len(new)} new record(s) were not "
+                     f"added: fix the cause (a full disk?) and rerun to add them")
     return new
 
 
@@ -112,7 +109,8 @@ class MetricsLog:
                     continue  # the torn last line of a killed process; its step is redone
                 if resume_step is not None and rec.get("step", 0) <= resume_step:
                     keep.append(line)
-            atomic_write_text(self.path, "".join(line + "\n" for line in keep))
+            _rewrite(self.path, "".join(line + "\n" for line in keep), "the metrics log",
+                     "it is unchanged: fix the cause (a full disk?) and rerun to resume")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a")
 

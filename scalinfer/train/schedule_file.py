@@ -41,10 +41,10 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from scalinfer._io import atomic_write_text
 from scalinfer.errors import TrainError
 
 __all__ = ["FORMAT", "BatchStage", "LrSchedule", "Schedule", "load_schedule", "validate_schedule",
@@ -175,7 +175,8 @@ def load_schedule(path: str | os.PathLike) -> Schedule:
 
 
 def write_schedule(path: str | os.PathLike, schedule: Schedule | dict[str, Any]) -> Path:
-    """Validate and write a schedule file atomically (temp file + ``os.replace``).
+    """Validate and write a schedule file atomically (`scalinfer._io.atomic_write_text`: a fsynced temp file
+    in the same folder, then ``os.replace``).
 
     ``schedule`` is a `Schedule` or a dict in the file format (``format`` may be omitted).
     """
@@ -184,17 +185,4 @@ def write_schedule(path: str | os.PathLike, schedule: Schedule | dict[str, Any])
     else:
         obj = {"format": FORMAT, **schedule}
     validate_schedule(obj, str(path))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_text(path, json.dumps(obj, indent=2) + "\n")

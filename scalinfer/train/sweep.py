@@ -34,7 +34,8 @@ Output folder::
     DIR/runs/<run_id>/             the trainer's out_dir of one run (config.json, metrics, checkpoints,
                                    runs.jsonl: that run's own records) plus sweep_run.json (its wall time,
                                    host, worker, status) once it has finished
-    DIR/runs.jsonl                 the merged run table (rewritten atomically after every finished run)
+    DIR/runs.jsonl                 the merged run table (rewritten atomically after every finished run;
+                                   a failed write, e.g. on a full disk, leaves the previous one intact)
     DIR/manifest.json              sweep name, code commit, machine, and per run: config, seed, status,
                                    records and wall time
 
@@ -468,13 +469,24 @@ def merge(out: str | os.PathLike, sweep: Sweep | None = None) -> SweepResult:
                 records.setdefault(key, rec)
                 where.setdefault(key, table)
         text = "".join(json.dumps(r, allow_nan=False) + "\n" for r in records.values())
-        atomic_write_text(out / _TABLE, text)
+        _write_merged(out / _TABLE, text, out)
 
         status = {r.name: run_status(r, out) for r in sweep.runs} if sweep else {}
         extra = tuple(k for k in by_id if k not in set(listed)) if sweep else ()
         manifest = _manifest(out, sweep, status, by_id, len(records))
-        atomic_write_text(out / _MANIFEST, json.dumps(manifest, indent=2, allow_nan=False) + "\n")
+        _write_merged(out / _MANIFEST, json.dumps(manifest, indent=2, allow_nan=False) + "\n", out)
     return SweepResult(out / _TABLE, len(records), status, extra)
+
+
+def _write_merged(path: Path, text: str, out: Path) -> None:
+    """Write a merged file atomically; a failed write (a full disk...) is a `TrainError` naming the file,
+    which is left as it was (the runs' own tables hold every record, so a later merge rebuilds it)."""
+    try:
+        atomic_write_text(path, text)
+    except OSError as e:
+        raise TrainError(f"cannot write {path} ({e.strerror or e}); it is unchanged and every record is still in "
+                         f"the runs' own tables: fix the cause (a full disk?) and run "
+                         f"`scalinfer sweep --merge {out}`") from e
 
 
 def _manifest(out: Path, sweep: Sweep | None, status: dict[str, RunStatus], by_id: dict[str, Path],

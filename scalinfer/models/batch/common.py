@@ -34,6 +34,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import log_ndtr
 from numpyro.distributions import constraints
@@ -43,7 +44,7 @@ from scalinfer.models.base import Arrays, Model
 from scalinfer.runs.schema import RunTable
 
 __all__ = ["CensoredNormal", "BatchTableModel", "unit_effect", "pooled", "target_key", "match_units", "enable_x64", "table_arrays",
-           "PREDICT_SEED"]
+           "sample_power_law", "sample_unit_scatter", "PREDICT_SEED"]
 
 #: seed of the new-unit deviations drawn at prediction time (fixed: the same fit gives the same answer)
 PREDICT_SEED = 20240917
@@ -82,6 +83,32 @@ class CensoredNormal(dist.Distribution):
         logsf = log_ndtr(-z)
         ll = jnp.where(self.censored, logsf, logpdf)
         return jnp.where(self.reachable, ll, jnp.where(self.censored, 0.0, -jnp.inf))
+
+
+def sample_power_law(prefix: str):
+    """Sample the intercept and exponents of one centered unit-level power law in N and L* (the models'
+    priors): ``{prefix}0 ~ Normal(0, 2)``, ``{prefix}_N ~ Normal(0, 1)``, ``{prefix}_L ~ Normal(-5, 5)``.
+
+    Returns the three sampled values, in that order.
+    """
+    return (numpyro.sample(f"{prefix}0", dist.Normal(0.0, 2.0)),
+            numpyro.sample(f"{prefix}_N", dist.Normal(0.0, 1.0)),
+            numpyro.sample(f"{prefix}_L", dist.Normal(-5.0, 5.0)))
+
+
+def sample_unit_scatter(n_units: int):
+    """Sample the scatter shared by the step and batch laws: ``tau_S, tau_B ~ HalfNormal(0.5)`` (unit-to-unit),
+    ``sigma ~ HalfNormal(0.3)`` (measurement) and per-unit deviations ``z_S, z_B ~ Normal(0, 1)``.
+
+    Returns ``(tau_S, tau_B, sigma, z_S, z_B)``.
+    """
+    tau_S = numpyro.sample("tau_S", dist.HalfNormal(0.5))
+    tau_B = numpyro.sample("tau_B", dist.HalfNormal(0.5))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(0.3))
+    with numpyro.plate("units", n_units):
+        z_S = numpyro.sample("z_S", dist.Normal(0.0, 1.0))
+        z_B = numpyro.sample("z_B", dist.Normal(0.0, 1.0))
+    return tau_S, tau_B, sigma, z_S, z_B
 
 
 def enable_x64() -> None:
@@ -238,6 +265,20 @@ class BatchTableModel(Model):
         # a new unit's deviation is keyed on its model size alone: at one size it is the same for every target
         # loss (a size's offset from the power laws persists), so curves over L* are smooth
         return np.log(N) - constants["m_N"], np.log(L) - constants["m_L"], log_b, idx, target_key(np.log(N))
+
+    def _unit_power_laws(self, draws, constants, N, target_loss, batch_prefix: str):
+        """Draws of the two unit-level laws at targets (N, L*) in natural units, each (n_draws, *T):
+        ``s0 + s_N x_N + s_L x_L + tau_S z_S + m_S`` (log steps) and the same with the ``batch_prefix``
+        parameters, ``tau_B``, ``z_B`` and ``m_B`` (log tokens); z is a fitted unit's deviation or a new
+        draw (`unit_effect`, salts 0 and 1)."""
+        x_N, x_L, _, idx, key = self._targets(constants, N, target_loss, None)
+        g = lambda k: np.asarray(draws[k]).reshape(-1, *([1] * x_N.ndim))  # noqa: E731
+        b = batch_prefix
+        log_S = (g("s0") + g("s_N") * x_N + g("s_L") * x_L + g("tau_S") * unit_effect(draws["z_S"], idx, key, 0)
+                 + constants["m_S"])
+        log_B = (g(f"{b}0") + g(f"{b}_N") * x_N + g(f"{b}_L") * x_L
+                 + g("tau_B") * unit_effect(draws["z_B"], idx, key, 1) + constants["m_B"])
+        return log_S, log_B
 
     def extrapolation(self, constants, N=None, target_loss=None, batch=None, **_):
         out = {}

@@ -39,11 +39,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import numpyro
-import numpyro.distributions as dist
 import pandas as pd
 
 from scalinfer.laws.batch import steps_openai
-from scalinfer.models.batch.common import BatchTableModel, CensoredNormal, unit_effect
+from scalinfer.models.batch.common import BatchTableModel, CensoredNormal, sample_power_law, sample_unit_scatter
 
 __all__ = ["BatchOpenAI", "OPENAI"]
 
@@ -55,19 +54,9 @@ class BatchOpenAI(BatchTableModel):
     dims = {"z_S": ["unit"], "z_B": ["unit"]}
 
     def model(self, x_N, x_L, unit, log_b, censored, log_steps=None):
-        n_units = x_N.shape[0]
-        s0 = numpyro.sample("s0", dist.Normal(0.0, 2.0))
-        s_N = numpyro.sample("s_N", dist.Normal(0.0, 1.0))
-        s_L = numpyro.sample("s_L", dist.Normal(-5.0, 5.0))
-        k0 = numpyro.sample("k0", dist.Normal(0.0, 2.0))
-        k_N = numpyro.sample("k_N", dist.Normal(0.0, 1.0))
-        k_L = numpyro.sample("k_L", dist.Normal(-5.0, 5.0))
-        tau_S = numpyro.sample("tau_S", dist.HalfNormal(0.5))
-        tau_B = numpyro.sample("tau_B", dist.HalfNormal(0.5))
-        sigma = numpyro.sample("sigma", dist.HalfNormal(0.3))
-        with numpyro.plate("units", n_units):
-            z_S = numpyro.sample("z_S", dist.Normal(0.0, 1.0))
-            z_B = numpyro.sample("z_B", dist.Normal(0.0, 1.0))
+        s0, s_N, s_L = sample_power_law("s")
+        k0, k_N, k_L = sample_power_law("k")
+        tau_S, tau_B, sigma, z_S, z_B = sample_unit_scatter(x_N.shape[0])
         log_S_min = s0 + s_N * x_N + s_L * x_L + tau_S * z_S  # minus m_S
         log_B_crit = k0 + k_N * x_N + k_L * x_L + tau_B * z_B  # minus m_B
         # log S = log S_min + log(1 + B_crit / B), all centered
@@ -87,13 +76,7 @@ class BatchOpenAI(BatchTableModel):
 
     def unit_laws(self, draws, constants, N, target_loss):
         """Draws of (log S_min, log B_crit) in natural units (log steps, log tokens), shape (n_draws, *T)."""
-        x_N, x_L, _, idx, key = self._targets(constants, N, target_loss, None)
-        g = lambda k: np.asarray(draws[k]).reshape(-1, *([1] * x_N.ndim))  # noqa: E731
-        z_S = unit_effect(draws["z_S"], idx, key, salt=0)
-        z_B = unit_effect(draws["z_B"], idx, key, salt=1)
-        log_S_min = g("s0") + g("s_N") * x_N + g("s_L") * x_L + g("tau_S") * z_S + constants["m_S"]
-        log_B_crit = g("k0") + g("k_N") * x_N + g("k_L") * x_L + g("tau_B") * z_B + constants["m_B"]
-        return log_S_min, log_B_crit
+        return self._unit_power_laws(draws, constants, N, target_loss, batch_prefix="k")
 
     def predict(self, draws, constants, N=None, target_loss=None, batch=None):
         """B_crit (OpenAI's 2x-overhead batch) at (N, L*); with ``batch``, steps and tokens to the target.

@@ -57,7 +57,8 @@ import pandas as pd
 
 from scalinfer.errors import ModelError
 from scalinfer.laws.batch import wsd_piecewise_coefficients
-from scalinfer.models.batch.common import BatchTableModel, CensoredNormal, enable_x64, target_key, unit_effect
+from scalinfer.models.batch.common import (BatchTableModel, CensoredNormal, enable_x64, sample_power_law,
+                                           sample_unit_scatter, target_key, unit_effect)
 
 __all__ = ["BatchWSD", "WSD", "steps_wsd_piecewise", "wsd_shape"]
 
@@ -124,23 +125,13 @@ class BatchWSD(BatchTableModel):
     dims = {"z_S": ["unit"], "z_B": ["unit"]}
 
     def model(self, x_N, x_L, unit, log_b, censored, log_steps=None):
-        n_units = x_N.shape[0]
-        s0 = numpyro.sample("s0", dist.Normal(0.0, 2.0))
-        s_N = numpyro.sample("s_N", dist.Normal(0.0, 1.0))
-        s_L = numpyro.sample("s_L", dist.Normal(-5.0, 5.0))
-        b0 = numpyro.sample("b0", dist.Normal(0.0, 2.0))
-        b_N = numpyro.sample("b_N", dist.Normal(0.0, 1.0))
-        b_L = numpyro.sample("b_L", dist.Normal(-5.0, 5.0))
+        s0, s_N, s_L = sample_power_law("s")
+        b0, b_N, b_L = sample_power_law("b")
         rho = numpyro.sample("rho", dist.Beta(2.0, 2.0))
         mu = numpyro.sample("mu", dist.Beta(2.0, 2.0))
         phi = numpyro.sample("phi", dist.Beta(2.0, 2.0))
         kappa_plus = numpyro.sample("kappa_plus", dist.LogNormal(0.0, 1.0))
-        tau_S = numpyro.sample("tau_S", dist.HalfNormal(0.5))
-        tau_B = numpyro.sample("tau_B", dist.HalfNormal(0.5))
-        sigma = numpyro.sample("sigma", dist.HalfNormal(0.3))
-        with numpyro.plate("units", n_units):
-            z_S = numpyro.sample("z_S", dist.Normal(0.0, 1.0))
-            z_B = numpyro.sample("z_B", dist.Normal(0.0, 1.0))
+        tau_S, tau_B, sigma, z_S, z_B = sample_unit_scatter(x_N.shape[0])
         # centered units: S / e^{m_S}, B / e^{m_B}
         S_opt = jnp.exp(s0 + s_N * x_N + s_L * x_L + tau_S * z_S)[unit]
         B_opt = jnp.exp(b0 + b_N * x_N + b_L * x_L + tau_B * z_B)[unit]
@@ -165,13 +156,7 @@ class BatchWSD(BatchTableModel):
 
     def unit_laws(self, draws, constants, N, target_loss):
         """Draws of (log S_opt, log B_opt) in natural units (log steps, log tokens), shape (n_draws, *T)."""
-        x_N, x_L, _, idx, key = self._targets(constants, N, target_loss, None)
-        g = lambda k: np.asarray(draws[k]).reshape(-1, *([1] * x_N.ndim))  # noqa: E731
-        log_S_opt = (g("s0") + g("s_N") * x_N + g("s_L") * x_L + g("tau_S") * unit_effect(draws["z_S"], idx, key, 0)
-                     + constants["m_S"])
-        log_B_opt = (g("b0") + g("b_N") * x_N + g("b_L") * x_L + g("tau_B") * unit_effect(draws["z_B"], idx, key, 1)
-                     + constants["m_B"])
-        return log_S_opt, log_B_opt
+        return self._unit_power_laws(draws, constants, N, target_loss, batch_prefix="b")
 
     def predict(self, draws, constants, N=None, target_loss=None, batch=None):
         """B_min (smallest batch that reaches L*), B_opt (fewest tokens), B_crit (OpenAI's E_min / S_min) at

@@ -1,0 +1,135 @@
+"""Calibration of the ``surface`` model: do its 50% and 90% intervals of eta* and B* at a held-out larger
+scale cover the truth 50% and 90% of the time?
+
+Each data set is simulated from the model at known parameters (`Surface.true_params`, Step-Law-like) on a
+Step-Law-shaped grid (settings (N, D) x LRs by sqrt 2 x batch sizes), with its own per-setting offsets and
+noise; diverged runs are censored as in real data. The held-out target is a *new* setting at a larger N and
+D: its true optimum is the law there plus its own offset (tau * epsilon), which is what a user's next, larger
+run would face. Each data set is fitted with NUTS and the target's log eta* and log B* are checked against the
+central 50% and 90% posterior intervals of ``lr_opt`` and ``batch_opt``.
+
+    nice .venv/bin/python benchmarks/calibration_lr.py --datasets 100 [--chains 2 --warmup 300 --samples 300]
+
+Prints one line per data set, then as its LAST line one JSON object with ``coverage_50`` and ``coverage_90``
+(each ``{"lr_opt": ..., "batch_opt": ...}``), the number of data sets, binomial standard errors and the
+fits' diagnostics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+DESIGNS = {
+    # 3 model sizes x 3 token budgets, 9 LRs x 5 batches = 405 runs (CI-sized: each fit takes seconds)
+    "small": {"N": (1.5e8, 3e8, 6e8), "tokens_per_param": (20.0, 50.0, 100.0),
+              "log2_lr": np.arange(-25, -16) / 2, "log2_batch": np.arange(16, 21)},
+    # Step-Law-like: 4 sizes x 3 budgets, 13 LRs x 7 batches = 1,092 runs
+    "steplaw": {"N": (2.1e8, 2.7e8, 4.3e8, 5.4e8), "tokens_per_param": (20.0, 50.0, 100.0),
+                "log2_lr": np.arange(-26, -13) / 2, "log2_batch": np.arange(16, 23)},
+    # the smoke test's: 2 sizes x 2 budgets, 6 LRs x 4 batches = 96 runs
+    "tiny": {"N": (2e8, 6e8), "tokens_per_param": (20.0, 80.0),
+             "log2_lr": np.arange(-24, -18) / 2, "log2_batch": np.arange(16, 20)},
+}
+
+
+def design_of(name: str) -> pd.DataFrame:
+    d = DESIGNS[name]
+    rows = [(n, n * t, 2.0 ** a, 2.0 ** b) for n in d["N"] for t in d["tokens_per_param"]
+            for a in d["log2_lr"] for b in d["log2_batch"]]
+    return pd.DataFrame(rows, columns=["N", "D", "lr", "batch_tokens"])
+
+
+def target_truth(params: dict, N: float, D: float, rng: np.random.Generator) -> dict[str, float]:
+    """log eta* and log B* of a new setting at (N, D): the laws plus the setting's own offsets (see
+    `Surface.simulate`)."""
+    e = rng.standard_normal(2)
+    lN, lD = np.log(N), np.log(D)
+    return {
+        # the law plus the new setting's own offset
+        "lr_opt": params["lr_opt_log_coef"] + params["lr_opt_exp_N"] * lN + params["lr_opt_exp_D"] * lD
+        + params["tau_lr"] * e[0],
+        "batch_opt": params["batch_opt_log_coef"] + params["batch_opt_exp_N"] * lN
+        + params["batch_opt_exp_D"] * lD + params["tau_b"] * e[1],
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--datasets", type=int, default=100)
+    ap.add_argument("--design", choices=tuple(DESIGNS), default="small")
+    ap.add_argument("--chains", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--samples", type=int, default=300, help="draws per chain")
+    ap.add_argument("--method", default="nuts", choices=("nuts", "laplace"))
+    ap.add_argument("--target-N", type=float, default=None, help="default: 2x the largest N of the design")
+    ap.add_argument("--target-D", type=float, default=None, help="default: 40 tokens per parameter at target N")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.datasets < 1:
+        ap.error("--datasets must be at least 1")
+
+    from scalinfer.inference.runtime import prepare_runtime
+
+    prepare_runtime(args.chains)
+    import scalinfer
+    from scalinfer.models.surface import MODEL
+    from scalinfer.runs.schema import validate
+
+    params = MODEL.true_params()
+    design = design_of(args.design)
+    N_T = args.target_N or 2.0 * design["N"].max()
+    D_T = args.target_D or 40.0 * N_T
+    hits = {ci: {"lr_opt": [], "batch_opt": []} for ci in (0.5, 0.9)}
+    diag = {"rhat_max": [], "divergences": [], "wall_s": [], "n_censored": []}
+    t_all = time.perf_counter()
+    for k in range(args.datasets):
+        seed = args.seed + k
+        df = MODEL.simulate(params, design, seed=seed)
+        runs = validate(df.drop(columns=["true_lr_opt", "true_batch_opt", "true_loss_opt"]),
+                        source=f"calibration data set {seed}", kind="runs")
+        truth = target_truth(params, N_T, D_T, np.random.default_rng([seed, 7]))
+        t0 = time.perf_counter()
+        fit = scalinfer.fit(runs, model="surface", method=args.method, chains=args.chains, warmup=args.warmup,
+                            samples=args.samples, seed=seed)
+        wall = time.perf_counter() - t0
+        pred = fit.predict(N=N_T, D=D_T)
+        line = []
+        for q in ("lr_opt", "batch_opt"):
+            logd = np.log(pred[q])
+            for ci in (0.5, 0.9):
+                lo, hi = np.quantile(logd, [(1 - ci) / 2, (1 + ci) / 2])
+                hits[ci][q].append(bool(lo <= truth[q] <= hi))
+            line.append(f"{q} truth {np.exp(truth[q]):.3g} median {np.exp(np.median(logd)):.3g} "
+                        f"in50 {int(hits[0.5][q][-1])} in90 {int(hits[0.9][q][-1])}")
+        s = fit.summary()
+        rh = [v["r_hat"] for v in s.values() if np.isfinite(v["r_hat"])]
+        diag["rhat_max"].append(max(rh) if rh else float("nan"))
+        diag["divergences"].append(fit.divergences)
+        diag["wall_s"].append(wall)
+        diag["n_censored"].append(int(df["diverged"].sum()))
+        print(f"[{k + 1}/{args.datasets}] seed {seed}: " + "; ".join(line)
+              + f"; R-hat max {diag['rhat_max'][-1]:.3f}, {fit.divergences} div, {wall:.1f} s", flush=True)
+
+    n = args.datasets
+    cov = {f"coverage_{int(ci * 100)}": {q: float(np.mean(v)) for q, v in hits[ci].items()} for ci in hits}
+    se = {f"se_{int(ci * 100)}": float(np.sqrt(ci * (1 - ci) / n)) for ci in hits}
+    rmax = np.asarray(diag["rhat_max"], float)
+    out = {**cov, "n_datasets": n, **se, "design": args.design, "n_runs_per_dataset": len(design),
+           "target": {"N": N_T, "D": D_T, "N_ratio": N_T / design["N"].max(), "D_ratio": D_T / design["D"].max()},
+           "method": args.method, "chains": args.chains, "warmup": args.warmup, "samples": args.samples,
+           "rhat_max_median": float(np.nanmedian(rmax)), "fits_rhat_above_1.01": int(np.sum(rmax > 1.01)),
+           "divergences_total": int(np.sum(diag["divergences"])),
+           "censored_runs_mean": float(np.mean(diag["n_censored"])),
+           "fit_wall_s_median": float(np.median(diag["wall_s"])), "total_wall_s": time.perf_counter() - t_all}
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""Step Law's dense grid: does the ``surface`` posterior find the optimal LR and batch of a held-out larger model?
+
+Held-out test (the issue's "done when"): fit the 1,746 runs with N <= 6e8 (15 settings), predict the two
+N = 1,073,741,824 settings in the file (D = 2e10 and 5.69e10), and compare with each grid's empirically best
+run: does the 90% interval of ``lr_opt`` contain the best run's LR, and how much worse (in %) is the loss of the
+grid cell nearest in (log lr, log batch) to the predicted medians than the grid's best loss (the regret)?
+Rows: this model, the classic pipeline (quadratic vertex per setting, then OLS; and its "best run per setting"
+variant) and Step Law's published formula. Then the full dense table (all 1,911 runs): wall time (compilation
+included), R-hat, divergences.
+
+    .venv/bin/python benchmarks/steplaw_lr.py [--chains 4 --warmup 500 --samples 1000] [--skip-full]
+
+Prints a table, then as its LAST line one JSON object with the figures. Reads the dataset in place from
+``../shared/datasets/steplaw/`` (relative to the repository root); exits with a message if it is absent.
+Timings on a shared machine are noisy: the JSON records the load average next to each one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+DATASET = ROOT.parent / "shared" / "datasets" / "steplaw" / "dense_runs.csv"
+TARGET_N = 1_073_741_824
+TARGET_D = (2e10, 5.69e10)
+
+
+def grid_truth(full, D: float) -> dict:
+    """The held-out grid at (TARGET_N, D): its best run and the table of its runs."""
+    g = full[(full["N"] == TARGET_N) & (full["D"] == D)]
+    g = g[np.isfinite(g["loss"])]
+    best = g.loc[g["loss"].idxmin()]
+    return {"grid": g, "best_lr": float(best["lr"]), "best_batch": float(best["batch_tokens"]),
+            "best_loss": float(best["loss"])}
+
+
+def regret(truth: dict, lr: float, batch: float) -> tuple[float, float, float]:
+    """(regret %, lr, batch) of the grid run nearest in (log lr, log batch) to the proposal."""
+    g = truth["grid"]
+    d = (np.log(g["lr"]) - np.log(lr)) ** 2 + (np.log(g["batch_tokens"]) - np.log(batch)) ** 2
+    near = g.loc[d.idxmin()]
+    return 100.0 * (float(near["loss"]) / truth["best_loss"] - 1.0), float(near["lr"]), float(near["batch_tokens"])
+
+
+def evaluate(name: str, answers: dict, truths: dict) -> dict:
+    """answers: D -> {"lr_opt": (median, lo, hi), "batch_opt": (median, lo, hi)}."""
+    out = {"method": name, "targets": {}}
+    for D, a in answers.items():
+        t = truths[D]
+        lr, lo, hi = a["lr_opt"]
+        b, blo, bhi = a["batch_opt"]
+        r, nlr, nb = regret(t, lr, b)
+        out["targets"][f"{D:g}"] = {
+            "lr_opt": lr, "lr_lo": lo, "lr_hi": hi, "best_lr": t["best_lr"], "lr_hit": bool(lo <= t["best_lr"] <= hi),
+            "batch_opt": b, "batch_lo": blo, "batch_hi": bhi, "best_batch": t["best_batch"],
+            "batch_hit": bool(blo <= t["best_batch"] <= bhi), "regret_pct": r, "nearest_lr": nlr, "nearest_batch": nb}
+    return out
+
+
+def from_fit(fit, ci: float) -> dict:
+    res = {}
+    for D in TARGET_D:
+        p = fit.predict(N=TARGET_N, D=D, ci=ci)
+        res[D] = {k: tuple(float(v) for v in p.interval(k)) for k in ("lr_opt", "batch_opt")}
+    return res
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"\nheld-out N = {TARGET_N:,}: 90% intervals; regret = loss of the grid run nearest the predicted "
+          "(lr, batch) over the grid's best, in %")
+    head = f"{'method':<26}{'D':>8}  {'lr_opt [90%]':<30}{'best lr':>9} {'hit':>4}  {'batch_opt [90%]':<30}" \
+           f"{'best B':>9}  {'regret %':>8}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        for D, t in r["targets"].items():
+            lr = f"{t['lr_opt']:.3g} [{t['lr_lo']:.3g}, {t['lr_hi']:.3g}]"
+            b = f"{t['batch_opt']:.3g} [{t['batch_lo']:.3g}, {t['batch_hi']:.3g}]"
+            print(f"{r['method']:<26}{D:>8}  {lr:<30}{t['best_lr']:>9.3g} {'yes' if t['lr_hit'] else 'no':>4}  "
+                  f"{b:<30}{t['best_batch']:>9.3g}  {t['regret_pct']:>8.3f}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dataset", default=str(DATASET))
+    ap.add_argument("--chains", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=500)
+    ap.add_argument("--samples", type=int, default=1000, help="draws per chain")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ci", type=float, default=0.9)
+    ap.add_argument("--skip-full", action="store_true", help="skip the fit to all 1,911 runs")
+    args = ap.parse_args(argv)
+    if not Path(args.dataset).exists():
+        print(f"dataset not found: {args.dataset} (the Step Law CSV is read in place, never copied)", file=sys.stderr)
+        return 2
+
+    import scalinfer
+    from scalinfer.inference.runtime import prepare_runtime
+
+    prepare_runtime(args.chains)
+    from scalinfer.laws import BASELINES
+
+    full = scalinfer.load_runs(args.dataset, format="steplaw").df
+    truths = {D: grid_truth(full, D) for D in TARGET_D}
+    runs = scalinfer.load_runs(args.dataset, format="steplaw", where="N <= 6e8")
+    report: dict = {"n_runs_fit": len(runs), "load_before": os.getloadavg()[0]}
+
+    t0 = time.perf_counter()
+    fit = scalinfer.fit(runs, model="surface", chains=args.chains, warmup=args.warmup, samples=args.samples,
+                        seed=args.seed)
+    wall = time.perf_counter() - t0
+    s = fit.summary()
+    rows = [evaluate("surface (this model)", from_fit(fit, args.ci), truths)]
+    report["heldout"] = {"wall_s": wall, "load_after": os.getloadavg()[0], **_diag(fit, s)}
+    for vertex, label in (("quadratic", "classic (quadratic vertex)"), ("best", "classic (best run)")):
+        c = scalinfer.fit(runs, model="classic", vertex=vertex, samples=args.samples, chains=args.chains,
+                          seed=args.seed)
+        rows.append(evaluate(label, from_fit(c, args.ci), truths))
+    lr_fn, b_fn = BASELINES["step_law"]
+    sl = {D: {"lr_opt": (float(lr_fn(TARGET_N, D)),) * 3, "batch_opt": (float(b_fn(TARGET_N, D)),) * 3}
+          for D in TARGET_D}
+    rows.append(evaluate("Step Law formula", sl, truths))
+    print_table(rows)
+    h = report["heldout"]
+    print(f"\nheld-out fit: {h['wall_s']:.0f} s wall (load {report['load_before']:.1f}->{h['load_after']:.1f}), "
+          f"R-hat max {h['rhat_max']:.3f}, {h['divergences']} divergences ({h['divergent_pct']:.2f}%), "
+          f"min bulk ESS {h['ess_min']:.0f}")
+    report["methods"] = rows
+
+    if not args.skip_full:
+        runs_all = scalinfer.load_runs(args.dataset, format="steplaw")
+        load0 = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        fa = scalinfer.fit(runs_all, model="surface", chains=args.chains, warmup=args.warmup,
+                           samples=args.samples, seed=args.seed)
+        wall = time.perf_counter() - t0
+        report["full"] = {"n_runs": len(runs_all), "wall_s": wall, "load_before": load0,
+                          "load_after": os.getloadavg()[0], **fa.timings, **_diag(fa, fa.summary())}
+        f = report["full"]
+        print(f"full dense table ({len(runs_all)} runs, {args.chains} chains x {args.samples} draws after "
+              f"{args.warmup} warmup): {wall:.0f} s wall incl. compilation (load {load0:.1f}), R-hat max "
+              f"{f['rhat_max']:.3f}, {f['divergences']} divergences ({f['divergent_pct']:.2f}%), min bulk ESS "
+              f"{f['ess_min']:.0f}")
+    # time the vectorized prediction: a 100 x 100 (N, D) grid from every posterior draw
+    Ng, Dg = np.meshgrid(np.geomspace(1e8, 1e11, 100), np.geomspace(1e9, 1e13, 100), indexing="ij")
+    fit.predict(N=Ng[:2, :2], D=Dg[:2, :2])  # compile once
+    t0 = time.perf_counter()
+    fit.predict(N=Ng, D=Dg)
+    report["predict_grid_100x100_s"] = time.perf_counter() - t0
+    report["predict_grid_draws"] = int(fit.posterior.sizes["chain"] * fit.posterior.sizes["draw"])
+    print(f"predict on a 100 x 100 (N, D) grid from {report['predict_grid_draws']} draws: "
+          f"{report['predict_grid_100x100_s']:.2f} s")
+    summary = {
+        "lr_hits": {r["method"]: [t["lr_hit"] for t in r["targets"].values()] for r in rows},
+        "regret_pct": {r["method"]: [round(t["regret_pct"], 4) for t in r["targets"].values()] for r in rows},
+    }
+    print(json.dumps({**summary, **report}, default=float))
+    return 0
+
+
+def _diag(fit, s) -> dict:
+    """R-hat and bulk ESS over every sampled quantity, the per-setting offsets included (the summary has
+    only scalars)."""
+    from arviz_stats import ess as _ess, rhat as _rhat
+
+    post = fit.posterior
+    n = post.sizes["chain"] * post.sizes["draw"]
+    rh = [float(np.nanmax(v.values)) for v in _rhat(post, sample_dims=["chain", "draw"]).data_vars.values()]
+    ess = [float(np.nanmin(v.values)) for v in _ess(post, sample_dims=["chain", "draw"], method="bulk").data_vars.values()]
+    rh, ess = [v for v in rh if np.isfinite(v)], [v for v in ess if np.isfinite(v)]
+    return {"rhat_max": max(rh) if rh else float("nan"), "ess_min": min(ess) if ess else float("nan"),
+            "divergences": fit.divergences, "divergent_pct": 100.0 * fit.divergences / n, "draws": n,
+            "warnings": fit.warnings(s)}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

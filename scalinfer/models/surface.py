@@ -1,0 +1,576 @@
+r"""``surface``: one posterior over the loss surface in (N, D, LR, batch) (MATH.md sections 3, 4 and 7).
+
+Every run enters the likelihood, optimal or not, converged or diverged. Runs are grouped in *settings*
+s = (N, D[, group]); each setting has a joint optimum (eta*_s, B*_s) and a loss there, L*_s.
+
+The surface
+-----------
+With x = log eta (peak learning rate), z = log B (batch in tokens) and y = log loss (nats/token):
+
+.. math::
+
+    y = \ell_s + V_\eta(u) + V_B(v), \qquad v = z - z^*_s, \qquad
+    u = x - \big(x^*_s + \kappa_1 v + \tfrac12 \kappa_2 v^2\big)
+
+- the batch valley :math:`V_B(v) = C^B_\pm \tfrac{2}{p_B}\big((1 + v^2)^{p_B/2} - 1\big)` around the
+  loss-optimal batch :math:`z^*_s`: :math:`C v^2` near the optimum (MATH.md's quadratic, eq:loss-n-d), a
+  power :math:`|v|^{p}` far from it, and smooth everywhere (a bare :math:`|v|^p` with p < 2 has unbounded
+  curvature at the optimum, which forces NUTS into tiny steps);
+- the LR valley :math:`V_\eta(u)`, of the same form, around the optimal LR *at that batch*: the ridge
+  :math:`x^*_s(z) = x^*_s + \kappa_1 v + \kappa_2 v^2/2` lets eta* move with B (kappa_1 about 1/2 is the
+  square-root rule of Adam; kappa_2 lets the ridge bend, e.g. flatten beyond B*). At z = z*_s the ridge passes
+  through x*_s, so (x*_s, z*_s) is the joint optimum of the setting and :math:`\ell_s` the log loss there;
+- each valley has its own curvature below (:math:`C_-`) and above (:math:`C_+`) the optimum,
+  :math:`\log C_\pm = c_0 + c_N \tilde n + c_D \tilde d \mp \delta` (the data decide the asymmetry delta;
+  delta = 0 is symmetric), and its own far-field exponent p in (0.5, 4) (p = 2: quadratic throughout;
+  real valleys are flatter far from the optimum, p < 2). The curvatures, delta, p and the ridge
+  (kappa_1, kappa_2) are shared by all settings, the curvatures moving with N and D by the laws above.
+
+The laws (MATH.md section 4), with :math:`\tilde n = (\log N - m_N)/h_N`, :math:`\tilde d = (\log D - m_D)/h_D`
+(m the middle and h the half-range of the data's log N and log D, so both lie in [-1, 1]):
+
+.. math::
+
+    x^*_s &= m_\eta + a_0 + a_N \tilde n_s + a_D \tilde d_s + \tau_\eta\, \epsilon^\eta_s \\
+    z^*_s &= m_B + b_0 + b_N \tilde n_s + b_D \tilde d_s + \tau_B\, \epsilon^B_s \\
+    \ell_s &\sim \mathcal N(m_y + g_0 + g_N \tilde n_s + g_D \tilde d_s,\; \tau_L),
+    \qquad \epsilon_s \sim \mathcal N(0, 1)
+
+i.e. eta*(N, D) = c N^alpha D^beta, B*(N, D) = c_B N^alpha_B D^beta_B and L*(N, D) = c_L N^alpha_L D^beta_L
+with partial pooling: each setting's optimum sits off the law by a non-centered offset tau * epsilon_s, and
+its loss level off the loss law by a centered one (each setting's runs pin its loss level to ~1e-4, far
+tighter than the scatter tau_L, which is when centering samples better). The natural
+exponents are the scaled slopes over h (``lr_opt_exp_N = a_N / h_N``...), reported by `derived`. The loss
+law is local (a power law in N and D without Chinchilla's floor): with per-setting offsets it only needs to
+carry L* to the target, and it says so through tau_L. m_eta, m_B are the middles of the swept log LRs and log
+batches and m_y the median of the settings' best log losses, so every sampled parameter is O(1).
+
+A prediction at a target (N, D) is for a *new* setting: it draws its own offsets epsilon ~ N(0, 1), so its
+intervals include the scatter of settings around the laws, not only the uncertainty of the laws.
+``batch_opt`` is the loss-optimal batch at fixed (N, D) (Step Law's and DeepSeek's definition; MATH.md
+section 5 lists the others, which this model does not estimate), in tokens; ``lr_opt`` is the optimal peak
+LR at that batch; ``loss_opt`` the loss at the joint optimum.
+
+Likelihood
+----------
+Converged runs: :math:`y_i \sim t_\nu(\mu_i, \sigma_i)` with :math:`\sigma_i = \sigma_0 + \sigma_1
+(V_\eta + V_B)`: a noise floor plus a misfit that grows with distance from the optimum (the valleys' shape is
+least exact far from it; Step Law's losses are Gaussian-smoothed, so their noise floor is tiny and the misfit
+dominates). The Student-t keeps the odd loss spike from bending the valleys.
+
+Diverged runs (marked ``diverged``, non-finite loss, or a finite loss above ``divergence_ratio`` times the
+best converged loss of their setting: Step Law's table holds blown-up runs at losses of 4-7 nats, unmarked)
+are *censored*: their loss had the run converged is only known to exceed a level c_i, the loss of the
+highest-LR converged run below it at the same setting and batch (divergence happens on the high-LR side of
+the valley, where loss rises with LR), or the setting's best converged loss when there is none. Each adds
+:math:`\log P(y_i > \log c_i) = \log \Phi((\mu_i - \log c_i)/\sigma_i)` as the observed site
+``obs_censored`` (a Bernoulli "it diverged" with that probability). The tail is Gaussian rather than
+Student-t because JAX cannot differentiate the t CDF in nu.
+
+Priors (weakly informative on the scales involved; x, z, y in natural-log units)
+---------------------------------------------------------------------------------
+- ``a0, b0 ~ Normal(0, 1.5)``: the optimum at the data's middle lies within the swept range (sweeps are
+  centred on a guess; the Step Law sweeps span +-2.6 in log LR and +-2.4 in log B), sd 1.5 allows it
+  anywhere in it and somewhat beyond.
+- ``a_N, a_D, b_N, b_D ~ Normal(0, h)``: the *natural* exponents of eta* and B* in N and D are N(0, 1); the
+  published ones (Step Law -0.71, 0.31, 0.57; the LR paper -0.22, -0.35; Bjorck -0.32) lie well inside.
+- ``kappa1 ~ Normal(0.5, 0.5)``: d log eta*/d log B at the optimum; 1/2 (Adam's square-root rule) and 1
+  (linear scaling, SGD) are both within one sd. ``kappa2 ~ Normal(0, 0.5)``: the ridge bends by less than
+  +-1 in log LR over +-2 in log B.
+- ``g0 ~ Normal(0, 0.2)``, ``g_N, g_D ~ Normal(0, 0.3 h)``: loss exponents of a few hundredths to a few
+  tenths (Chinchilla's local slopes d log L/d log N are -0.05 to -0.15).
+- ``c0 ~ Normal(-4, 1.5)`` for both valleys: log loss rises by e^-4 ~ 2% per squared log unit away from the
+  optimum (Step Law: 0.5-5%); sd 1.5 spans 0.1%-40%. ``c_N, c_D ~ Normal(0, h)``: natural slopes N(0, 1).
+  ``delta ~ Normal(0, 1)``: curvature ratio above/below e^{2 delta}, 90% prior within 1/27-27.
+- ``p ~ 1 + 3 Beta(3, 3)``: valley exponents in (1, 4), centred on the quadratic 2.5 +- 0.6.
+- ``tau_eta, tau_B ~ HalfNormal(0.3)``: settings scatter around the LR and batch laws by tens of percent
+  (Step Law's grid step is sqrt 2, i.e. 0.35 in log). ``tau_L ~ HalfNormal(0.02)``: around the loss law by
+  about a percent.
+- ``sigma0 ~ HalfNormal(0.02)``: run-to-run noise of log loss is under a few percent;
+  ``sigma1 ~ HalfNormal(0.5)``: the misfit is a fraction of the predicted excess loss;
+  ``nu ~ Gamma(2, 0.1)``: the usual weakly informative prior on Student-t degrees of freedom.
+
+Geometry: the fit starts from a per-setting point estimate (`init_values`) refined by L-BFGS and Newton
+steps; NUTS then runs on coordinates scaled by the Laplace standard deviations (`scalinfer.inference.fit`),
+so parameters pinned to 1e-4 (the loss levels) and ones known to 0.5 (the offsets) are all O(1), and a dense
+mass matrix adapts to the correlation that is left (between the laws' intercepts and the curvatures). On
+Step Law's 1,746 runs with N <= 6e8 this samples at ~75 leapfrog steps per draw with no divergences;
+per-batch jitter of the ridge and per-setting valley shapes were tried and dropped: they added 100+
+parameters and kept NUTS at its maximum tree depth (a 4 x 600-iteration fit did not finish in 13 minutes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pandas as pd
+
+from scalinfer.errors import ModelError
+from scalinfer.models.base import Arrays, Model
+from scalinfer.runs.schema import RunTable
+
+__all__ = ["Surface", "MODEL", "laws", "setting_values", "surface_terms", "surface_at", "settings_of",
+           "censor_levels"]
+
+#: sampled scalar parameters, in the order the model samples them
+SCALARS = ("a0", "a_N", "a_D", "b0", "b_N", "b_D", "kappa1", "kappa2", "g0", "g_N", "g_D",
+           "c_lr0", "c_lr_N", "c_lr_D", "delta_lr", "p_lr_unit", "c_b0", "c_b_N", "c_b_D", "delta_b", "p_b_unit",
+           "tau_lr", "tau_b", "tau_loss", "sigma0", "sigma1", "nu")
+#: per-setting parameters: non-centered offsets of the optimum, centered log loss there
+SETTING = ("eps_lr", "eps_b", "ell")
+#: the largest finite loss, relative to the best converged loss of its setting, still counted as converged
+DIVERGENCE_RATIO = 1.3
+_P_MIN, _P_SPAN = 0.5, 3.5
+
+
+def _valley(offset, log_c, delta, p):
+    """Asymmetric smooth valley (2 C_+-/p) ((1 + offset^2)^(p/2) - 1); log C_+- = log_c +- delta above/below.
+
+    Quadratic near the optimum (C offset^2, MATH.md eq:loss-n-d, for any p), a power |offset|^p far from it
+    (p < 2: flatter than a parabola; p = 2: exactly C offset^2). Infinitely smooth in the parameters (a bare
+    |offset|^p with p < 2 has unbounded curvature at the optimum, which forces NUTS into tiny steps)."""
+    log_curv = jnp.where(offset < 0, log_c - delta, log_c + delta)
+    return jnp.exp(log_curv) * (2.0 / p) * jnp.expm1(0.5 * p * jnp.log1p(offset * offset))
+
+
+def laws(p: dict[str, Any], n, d) -> dict[str, Any]:
+    """The population laws at scaled (n, d): log eta* - m_lr, log B* - m_B, log L* - m_y and the valleys' log
+    curvatures, before any setting's own deviation."""
+    return {
+        "x_star": p["a0"] + p["a_N"] * n + p["a_D"] * d,
+        "z_star": p["b0"] + p["b_N"] * n + p["b_D"] * d,
+        "ell": p["g0"] + p["g_N"] * n + p["g_D"] * d,
+        "log_c_lr": p["c_lr0"] + p["c_lr_N"] * n + p["c_lr_D"] * d,
+        "log_c_b": p["c_b0"] + p["c_b_N"] * n + p["c_b_D"] * d,
+    }
+
+
+def setting_values(p: dict[str, Any], n_s, d_s) -> dict[str, Any]:
+    """Each fitted setting's optimum, loss level and valley shape, shape (..., S)."""
+    law = laws(p, n_s, d_s)
+    return {"x_star": law["x_star"] + p["tau_lr"] * p["eps_lr"], "z_star": law["z_star"] + p["tau_b"] * p["eps_b"],
+            "ell": p["ell"], "log_c_lr": law["log_c_lr"], "log_c_b": law["log_c_b"],
+            "kappa1": p["kappa1"] + 0.0 * p["ell"]}
+
+
+def surface_terms(p: dict[str, Any], n_s, d_s, s, x, z):
+    """The surface at runs (x, z) of settings ``s``: (mean log loss - m_y, excess over the optimum).
+
+    Parameters
+    ----------
+    p : parameters: the scalars, and the per-setting ones (`SETTING`) of shape (..., S); scalars may carry
+        leading batch dims (e.g. (n_draws, 1)) that broadcast against the inputs.
+    n_s, d_s : scaled log N and log D of each setting, shape (S,).
+    s : setting index of each run (int array).
+    x, z : log LR - m_lr and log batch - m_B of each run.
+    """
+    v = {name: a[..., s] for name, a in setting_values(p, n_s, d_s).items()}
+    return surface_at(p, v, x, z)
+
+
+def surface_at(p, v, x, z):
+    """(mean log loss - m_y, excess) at (x, z) for per-point setting values `v` (see `setting_values`)."""
+    dz = z - v["z_star"]
+    u = x - (v["x_star"] + v["kappa1"] * dz + 0.5 * p["kappa2"] * dz * dz)
+    excess = (_valley(u, v["log_c_lr"], p["delta_lr"], _P_MIN + _P_SPAN * p["p_lr_unit"])
+              + _valley(dz, v["log_c_b"], p["delta_b"], _P_MIN + _P_SPAN * p["p_b_unit"]))
+    return v["ell"] + excess, excess
+
+
+def settings_of(df: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """Index of each run's setting (N, D and ``group`` when the table has one) and the settings table."""
+    keys = ["N", "D"] + (["group"] if "group" in df.columns and df["group"].notna().any() else [])
+    key_df = df[keys].copy()
+    if "group" in keys:
+        key_df["group"] = key_df["group"].astype(str)
+    codes = key_df.groupby(keys, sort=True).ngroup().to_numpy()
+    settings = key_df.assign(_s=codes).drop_duplicates("_s").sort_values("_s").drop(columns="_s")
+    return codes, settings.reset_index(drop=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Surface(Model):
+    """The hierarchical loss surface over (N, D, LR, batch); see the module docstring for the math.
+
+    Parameters
+    ----------
+    divergence_ratio : a finite loss above this multiple of its setting's best converged loss counts as a
+        diverged (censored) run; Step Law's blown-up runs sit at 1.7-3x, its converged ones below 1.21x.
+    n_kind : ``"total"`` or ``"active"``: for MoE tables with both ``N_total`` and ``N_active``, which one is N
+        (None: the table's ``N`` as loaded, see ``load_runs(n_kind=...)``).
+    """
+
+    divergence_ratio: float = DIVERGENCE_RATIO
+    n_kind: str | None = None
+
+    name = "surface"
+    version = "1"
+    table_kind = "runs"
+    required_columns = ("N", "D", "loss", "lr", "batch_tokens")
+    predicts = {"lr_opt": "peak learning rate", "batch_opt": "tokens", "loss_opt": "nats/token",
+                "lr_opt_at_batch": "peak learning rate", "loss": "nats/token"}
+    targets = ("N", "D", "lr", "batch")
+    observed = ("log_loss", "diverged_obs")
+    dims = {k: ["setting"] for k in SETTING}
+    dense_mass = True
+
+    def __post_init__(self):
+        if not (np.isfinite(self.divergence_ratio) and self.divergence_ratio > 1):
+            raise ModelError(f"divergence_ratio must be a number above 1, got {self.divergence_ratio!r}")
+        if self.n_kind not in (None, "total", "active"):
+            raise ModelError(f"n_kind must be 'total' or 'active', got {self.n_kind!r}")
+
+    def with_options(self, **options: Any) -> Surface:
+        unknown = set(options) - {"divergence_ratio", "n_kind"}
+        if unknown:
+            raise ModelError(f"model 'surface' takes options divergence_ratio, n_kind; not {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **options)
+
+    # ---- data -------------------------------------------------------------------------------------------
+    def prepare(self, runs: RunTable) -> tuple[Arrays, dict[str, float]]:
+        self.check(runs)
+        df = runs.df.reset_index(drop=True)
+        if self.n_kind is not None:
+            col = {"total": "N_total", "active": "N_active"}[self.n_kind]
+            if col not in df.columns or df[col].isna().any():
+                raise ModelError(f"{runs.source}: n_kind={self.n_kind!r} needs column {col!r} on every run")
+            df = df.assign(N=df[col])
+        for col in ("lr", "batch_tokens"):
+            bad = np.flatnonzero(~np.isfinite(df[col].to_numpy(float)))
+            if len(bad):
+                raise ModelError(f"{runs.source}: the surface model needs {col!r} on every run; "
+                                 f"{len(bad)} run(s) lack it (first: run {df['run_id'].iloc[bad[0]]!r})")
+        s_idx, settings = settings_of(df)
+        loss = df["loss"].to_numpy(float)
+        diverged = self.diverged_mask(df, s_idx)
+        if diverged.all():
+            raise ModelError(f"{runs.source}: every run diverged; the surface needs converged runs")
+        log_lr, log_b = np.log(df["lr"].to_numpy(float)), np.log(df["batch_tokens"].to_numpy(float))
+        log_N, log_D = np.log(settings["N"].to_numpy(float)), np.log(settings["D"].to_numpy(float))
+        m_N, h_N = _mid_half(log_N)
+        m_D, h_D = _mid_half(log_D)
+        m_lr, _ = _mid_half(log_lr)
+        m_b, _ = _mid_half(log_b)
+        level = censor_levels(loss, diverged, s_idx, log_lr, log_b)
+        best = _best_per_setting(loss, diverged, s_idx, len(settings))
+        m_y = float(np.median(np.log(best[np.isfinite(best)])))
+        ok, cens = ~diverged, diverged
+        data = {
+            "n_s": (log_N - m_N) / h_N, "d_s": (log_D - m_D) / h_D,
+            "s_obs": s_idx[ok].astype(np.int32),
+            "x_obs": log_lr[ok] - m_lr, "z_obs": log_b[ok] - m_b, "log_loss": np.log(loss[ok]) - m_y,
+            "s_cens": s_idx[cens].astype(np.int32),
+            "x_cens": log_lr[cens] - m_lr, "z_cens": log_b[cens] - m_b,
+            "log_level": np.log(level[cens]) - m_y, "diverged_obs": np.ones(int(cens.sum()), dtype=np.int32),
+        }
+        n_flagged = int((df["diverged"].to_numpy(bool) | ~np.isfinite(loss)).sum())
+        constants = {
+            "m_N": m_N, "h_N": h_N, "m_D": m_D, "h_D": h_D, "m_lr": m_lr, "m_b": m_b, "m_y": m_y,
+            "max_N": float(np.exp(log_N.max())), "max_D": float(np.exp(log_D.max())),
+            "min_N": float(np.exp(log_N.min())), "min_D": float(np.exp(log_D.min())),
+            "min_lr": float(np.exp(log_lr.min())), "max_lr": float(np.exp(log_lr.max())),
+            "min_batch": float(np.exp(log_b.min())), "max_batch": float(np.exp(log_b.max())),
+            "n_settings": float(len(settings)), "n_censored": float(cens.sum()),
+            "n_censored_by_ratio": float(cens.sum() - n_flagged), "divergence_ratio": self.divergence_ratio,
+            "n_kind_active": float(self.n_kind == "active"),
+        }
+        return data, constants
+
+    def diverged_mask(self, df: pd.DataFrame, s_idx: np.ndarray) -> np.ndarray:
+        """Runs treated as diverged: flagged, non-finite loss, or loss > divergence_ratio x setting best."""
+        loss = df["loss"].to_numpy(float)
+        flagged = df["diverged"].to_numpy(bool) | ~np.isfinite(loss)
+        best = _best_per_setting(loss, flagged, s_idx, int(s_idx.max()) + 1)
+        return flagged | (loss > self.divergence_ratio * best[s_idx])
+
+    def coords(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
+        return {"setting": np.arange(len(data["n_s"]))}
+
+    # ---- the NumPyro model ---------------------------------------------------------------------------------
+    def model(self, n_s, d_s, s_obs, x_obs, z_obs, log_loss=None, s_cens=None, x_cens=None, z_cens=None,
+              log_level=None, diverged_obs=None, h_N=1.0, h_D=1.0):
+        S = n_s.shape[0]
+        p: dict[str, Any] = {}
+        for k in ("a0", "b0"):
+            p[k] = numpyro.sample(k, dist.Normal(0.0, 1.5))
+        for k, h in (("a_N", h_N), ("a_D", h_D), ("b_N", h_N), ("b_D", h_D)):
+            p[k] = numpyro.sample(k, dist.Normal(0.0, h))
+        p["kappa1"] = numpyro.sample("kappa1", dist.Normal(0.5, 0.5))
+        p["kappa2"] = numpyro.sample("kappa2", dist.Normal(0.0, 0.5))
+        p["g0"] = numpyro.sample("g0", dist.Normal(0.0, 0.2))
+        p["g_N"] = numpyro.sample("g_N", dist.Normal(0.0, 0.3 * h_N))
+        p["g_D"] = numpyro.sample("g_D", dist.Normal(0.0, 0.3 * h_D))
+        for v in ("lr", "b"):
+            p[f"c_{v}0"] = numpyro.sample(f"c_{v}0", dist.Normal(-4.0, 1.5))
+            p[f"c_{v}_N"] = numpyro.sample(f"c_{v}_N", dist.Normal(0.0, h_N))
+            p[f"c_{v}_D"] = numpyro.sample(f"c_{v}_D", dist.Normal(0.0, h_D))
+            p[f"delta_{v}"] = numpyro.sample(f"delta_{v}", dist.Normal(0.0, 1.0))
+            p[f"p_{v}_unit"] = numpyro.sample(f"p_{v}_unit", dist.Beta(3.0, 3.0))
+        p["tau_lr"] = numpyro.sample("tau_lr", dist.HalfNormal(0.3))
+        p["tau_b"] = numpyro.sample("tau_b", dist.HalfNormal(0.3))
+        tau_loss = numpyro.sample("tau_loss", dist.HalfNormal(0.02))
+        sigma0 = numpyro.sample("sigma0", dist.HalfNormal(0.02))
+        sigma1 = numpyro.sample("sigma1", dist.HalfNormal(0.5))
+        nu = numpyro.sample("nu", dist.Gamma(2.0, 0.1))
+        law = laws(p, n_s, d_s)
+        with numpyro.plate("setting", S):
+            # non-centered offsets of the optimum (a setting's runs pin tau * eps, not eps); the loss level is
+            # centered: every setting's runs pin it to ~1e-4, far tighter than the law's scatter tau_loss
+            p["eps_lr"] = numpyro.sample("eps_lr", dist.Normal(0.0, 1.0))
+            p["eps_b"] = numpyro.sample("eps_b", dist.Normal(0.0, 1.0))
+            p["ell"] = numpyro.sample("ell", dist.Normal(law["ell"], tau_loss))
+        mu, excess = surface_terms(p, n_s, d_s, s_obs, x_obs, z_obs)
+        with numpyro.plate("run", x_obs.shape[0]):
+            numpyro.sample("obs", dist.StudentT(nu, mu, sigma0 + sigma1 * excess), obs=log_loss)
+        if x_cens is not None and x_cens.shape[0] > 0:
+            mu_c, excess_c = surface_terms(p, n_s, d_s, s_cens, x_cens, z_cens)
+            z = (mu_c - log_level) / (sigma0 + sigma1 * excess_c)
+            # P(y > level) = Phi(z); as a Bernoulli logit: log Phi(z) - log Phi(-z)
+            logit = jax.scipy.special.log_ndtr(z) - jax.scipy.special.log_ndtr(-z)
+            with numpyro.plate("diverged_run", x_cens.shape[0]):
+                numpyro.sample("obs_censored", dist.Bernoulli(logits=logit), obs=diverged_obs)
+
+    def model_kwargs(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
+        return {**data, "h_N": constants["h_N"], "h_D": constants["h_D"]}
+
+    def init_values(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
+        """Per-setting best runs regressed on (n, d): rough laws for eta*, B*, L*; offsets from the residuals."""
+        S = len(data["n_s"])
+        s, x, z, y = data["s_obs"], data["x_obs"], data["z_obs"], data["log_loss"]
+        best = np.array([np.flatnonzero(s == k)[np.argmin(y[s == k])] if np.any(s == k) else -1 for k in range(S)])
+        have = best >= 0
+        X = np.column_stack([np.ones(S), data["n_s"], data["d_s"]])[have]
+        out: dict[str, Any] = {}
+        for target, (c0, cN, cD), tau, eps in ((x, ("a0", "a_N", "a_D"), 0.3, "eps_lr"),
+                                               (z, ("b0", "b_N", "b_D"), 0.3, "eps_b"),
+                                               (y, ("g0", "g_N", "g_D"), 1.0, "ell")):
+            coef, *_ = np.linalg.lstsq(X, target[best[have]], rcond=None)
+            coef = np.where(np.isfinite(coef), coef, 0.0)
+            out.update({c0: coef[0], cN: coef[1], cD: coef[2]})
+            resid = np.zeros(S)
+            resid[have] = target[best[have]] - X @ coef
+            out[eps] = np.clip(resid / tau, -2.5, 2.5)
+        law_x = np.column_stack([np.ones(S), data["n_s"], data["d_s"]]) @ [out["a0"], out["a_N"], out["a_D"]]
+        law_z = np.column_stack([np.ones(S), data["n_s"], data["d_s"]]) @ [out["b0"], out["b_N"], out["b_D"]]
+        out["x_star_s"], out["z_star_s"] = law_x + 0.3 * out["eps_lr"], law_z + 0.3 * out["eps_b"]
+        out["ell"] = out["ell"] + np.column_stack([np.ones(S), data["n_s"], data["d_s"]]) @ [
+            out["g0"], out["g_N"], out["g_D"]]
+        out.update({"tau_lr": 0.3, "tau_b": 0.3, "tau_loss": 0.01, "kappa1": 0.5, "kappa2": 0.0,
+                    "c_lr0": -4.0, "c_lr_N": 0.0, "c_lr_D": 0.0, "delta_lr": 0.5, "p_lr_unit": 0.33,
+                    "c_b0": -4.0, "c_b_N": 0.0, "c_b_D": 0.0, "delta_b": 0.0, "p_b_unit": 0.33,
+                    "sigma0": 0.003, "sigma1": 0.2, "nu": 5.0})
+        return {k: np.asarray(v, dtype=float) for k, v in out.items()}
+
+    # ---- natural-scale parameters ----------------------------------------------------------------------------
+    def derived(self, draws: Arrays, c: dict[str, float]) -> Arrays:
+        """Natural exponents and prefactors of the three laws: eta* = lr_opt_coef N^lr_opt_exp_N D^lr_opt_exp_D
+        (at B*), B* (tokens) and L* (nats/token) likewise; the valley exponents and curvature ratios."""
+        out = {}
+        for law, (k0, kN, kD), m in (("lr_opt", ("a0", "a_N", "a_D"), c["m_lr"]),
+                                     ("batch_opt", ("b0", "b_N", "b_D"), c["m_b"]),
+                                     ("loss_opt", ("g0", "g_N", "g_D"), c["m_y"])):
+            eN, eD = draws[kN] / c["h_N"], draws[kD] / c["h_D"]
+            out[f"{law}_exp_N"], out[f"{law}_exp_D"] = eN, eD
+            out[f"{law}_log_coef"] = m + draws[k0] - eN * c["m_N"] - eD * c["m_D"]
+        out["p_lr"] = _P_MIN + _P_SPAN * draws["p_lr_unit"]
+        out["p_b"] = _P_MIN + _P_SPAN * draws["p_b_unit"]
+        out["lr_curvature_ratio"] = np.exp(2 * draws["delta_lr"])
+        out["batch_curvature_ratio"] = np.exp(2 * draws["delta_b"])
+        return out
+
+    # ---- predictions -----------------------------------------------------------------------------------------
+    def predict(self, draws: Arrays, constants: dict[str, float], N=None, D=None, lr=None, batch=None,
+                seed: int = 0) -> Arrays:
+        """Posterior draws at targets, for a new setting (its own offsets drawn from the population).
+
+        Parameters
+        ----------
+        draws : posterior draws (flattened over chains).
+        constants : the fit's centering constants.
+        N, D : target non-embedding parameters (as fitted: total or active for MoE) and training tokens.
+        lr : a proposed peak learning rate: adds ``loss`` there (at ``batch`` if given, else at each draw's B*).
+        batch : a batch in tokens: adds ``lr_opt_at_batch`` (the best LR at that batch) and, with ``lr``,
+            ``loss``.
+        seed : for the new setting's offsets (fixed, so repeated calls agree).
+
+        Returns
+        -------
+        dict with arrays (n_draws, *broadcast target shape): ``lr_opt`` (optimal peak LR at ``batch_opt``),
+        ``batch_opt`` (the loss-optimal batch at fixed (N, D), tokens), ``loss_opt`` (nats/token at that joint
+        optimum), and as asked ``lr_opt_at_batch``, ``loss``.
+        """
+        if N is None or D is None:
+            raise ModelError("the surface model predicts at a target N and D (both needed)")
+        arrays = [np.asarray(v, float) for v in (N, D, lr, batch) if v is not None]
+        for v in arrays:
+            if not np.all(np.isfinite(v) & (v > 0)):
+                raise ModelError("targets N, D, lr and batch must be positive finite numbers")
+        shape = np.broadcast_shapes(*(a.shape for a in arrays))
+        n_draws = len(draws["a0"])
+        eps = np.random.default_rng(seed).standard_normal((len(NEW_SETTING), n_draws))
+        p = {k: np.asarray(draws[k], float) for k in SCALARS}
+        c = {k: float(constants[k]) for k in ("m_N", "h_N", "m_D", "h_D", "m_lr", "m_b", "m_y")}
+        log = lambda v: None if v is None else np.log(np.broadcast_to(np.asarray(v, float), shape))  # noqa: E731
+        out = _predict_core(p, eps, c, log(N), log(D), log(lr), log(batch))
+        return {k: np.asarray(v) for k, v in out.items()}
+
+    def extrapolation(self, constants: dict[str, float], N=None, D=None, lr=None, batch=None) -> dict[str, Any]:
+        """Target N and D over the largest fitted (N_ratio, D_ratio > 1: beyond the data)."""
+        return super().extrapolation(constants, N=N, D=D)
+
+    def fit_warnings(self, fit) -> list[str]:
+        out = []
+        c = fit.constants
+        k = int(c.get("n_censored_by_ratio", 0))
+        if k:
+            out.append(f"{k} run(s) with a finite loss above {c['divergence_ratio']:g}x their setting's best were "
+                       "treated as diverged (censored), not as losses (option divergence_ratio)")
+        if c.get("min_N") == c.get("max_N"):
+            out.append("every run has the same N: the N exponents are the prior's, predictions at another N are "
+                       "not informed by the data")
+        if c.get("min_D") == c.get("max_D"):
+            out.append("every run has the same D: the D exponents are the prior's, predictions at another D are "
+                       "not informed by the data")
+        return out
+
+    # ---- simulation -----------------------------------------------------------------------------------------
+    def true_params(self) -> dict[str, float]:
+        """A Step-Law-like truth (rounded posterior medians of this model on Step Law's dense runs)."""
+        return dict(TRUE_PARAMS)
+
+    def default_design(self, seed: int = 0) -> pd.DataFrame:
+        """A Step-Law-shaped grid: 4 model sizes x 3 token budgets (12 settings), LRs 2^-12..2^-6 by sqrt 2
+        (13) x 7 batch sizes 64K-4M tokens: 1,092 runs."""
+        Ns = np.array([2.1e8, 2.7e8, 4.3e8, 5.4e8])
+        rows = [(n, n * tpp) for n in Ns for tpp in (20.0, 50.0, 100.0)]
+        lrs = 2.0 ** (np.arange(-24, -11) / 2)
+        batches = 2.0 ** np.arange(16, 23)
+        g = [(n, d, lr, b) for n, d in rows for lr in lrs for b in batches]
+        return pd.DataFrame(g, columns=["N", "D", "lr", "batch_tokens"])
+
+    def simulate(self, params: dict[str, float], design: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+        """Losses on the design's (N, D, lr, batch_tokens) from the surface at natural-scale `params`.
+
+        Each setting draws its offsets from the population (``tau_*``); log losses get Student-t noise of scale
+        sigma0 + sigma1 * excess; a run whose LR lies more than ``diverge_above`` (log units) above the optimal
+        LR at its batch diverges (loss NaN, ``diverged`` true). The drawn optimum of each setting is kept in
+        the columns ``true_lr_opt``, ``true_batch_opt``, ``true_loss_opt``.
+        """
+        rng = np.random.default_rng(seed)
+        df = design.reset_index(drop=True).copy()
+        s_idx, settings = settings_of(df)
+        S = len(settings)
+        q = {**TRUE_PARAMS, **params}
+        logN, logD = np.log(settings["N"].to_numpy(float)), np.log(settings["D"].to_numpy(float))
+        eps = rng.standard_normal((len(NEW_SETTING), S))
+        law = _natural_laws(q, logN, logD)
+        v = {k: law[k] + q[f"tau_{NEW_SETTING[k]}"] * e for k, e in zip(NEW_SETTING, eps)}
+        v.update(log_c_lr=law["log_c_lr"], log_c_b=law["log_c_b"], kappa1=np.full(S, q["kappa1"]))
+        shape = {"kappa2": q["kappa2"], "delta_lr": q["delta_lr"], "delta_b": q["delta_b"],
+                 "p_lr_unit": (q["p_lr"] - _P_MIN) / _P_SPAN, "p_b_unit": (q["p_b"] - _P_MIN) / _P_SPAN}
+        x, z = np.log(df["lr"].to_numpy(float)), np.log(df["batch_tokens"].to_numpy(float))
+        at = {k: a[s_idx] for k, a in v.items()}
+        mu, excess = (np.asarray(a) for a in surface_at(shape, at, x, z))
+        scale = q["sigma0"] + q["sigma1"] * excess
+        y = mu + scale * rng.standard_t(q["nu"], size=len(df))
+        dz = z - v["z_star"][s_idx]
+        ridge = at["x_star"] + at["kappa1"] * dz + 0.5 * q["kappa2"] * dz * dz
+        diverged = (x - ridge) > q["diverge_above"]
+        loss = np.where(diverged, np.nan, np.exp(y))
+        return df.assign(loss=loss, diverged=diverged, true_lr_opt=np.exp(v["x_star"])[s_idx],
+                         true_batch_opt=np.exp(v["z_star"])[s_idx], true_loss_opt=np.exp(v["ell"])[s_idx])
+
+
+def _mid_half(v: np.ndarray) -> tuple[float, float]:
+    """Middle and half-range of `v`; half-range 1 when `v` has no spread (the slope is then the prior's)."""
+    lo, hi = float(np.min(v)), float(np.max(v))
+    half = 0.5 * (hi - lo)
+    return 0.5 * (lo + hi), (half if half > 1e-9 else 1.0)
+
+
+def _best_per_setting(loss, diverged, s_idx, S) -> np.ndarray:
+    best = np.full(S, np.inf)
+    ok = ~diverged & np.isfinite(loss)
+    np.minimum.at(best, s_idx[ok], loss[ok])
+    return best
+
+
+def censor_levels(loss, diverged, s_idx, log_lr, log_b) -> np.ndarray:
+    """Censoring level (nats/token) of each diverged run: the loss of the highest-LR converged run below it at
+    the same setting and batch, else the setting's best converged loss, else the best converged loss of all."""
+    ok = ~diverged & np.isfinite(loss)
+    best = _best_per_setting(loss, diverged, s_idx, int(s_idx.max()) + 1)
+    overall = float(np.min(loss[ok]))
+    level = np.full(len(loss), np.nan)
+    for i in np.flatnonzero(diverged):
+        same = ok & (s_idx == s_idx[i]) & np.isclose(log_b, log_b[i]) & (log_lr < log_lr[i])
+        if same.any():
+            j = np.flatnonzero(same)[np.argmax(log_lr[same])]
+            level[i] = loss[j]
+        else:
+            level[i] = best[s_idx[i]] if np.isfinite(best[s_idx[i]]) else overall
+    return level
+
+
+#: per-setting quantities a new setting draws around the laws: name -> its tau (``tau_<name>``)
+NEW_SETTING = {"x_star": "lr", "z_star": "b", "ell": "loss"}
+
+
+def _natural_laws(q, logN, logD):
+    """The population laws on the natural scale at (log N, log D), from `TRUE_PARAMS`-style parameters."""
+    dN, dD = logN - q["ref_logN"], logD - q["ref_logD"]
+    return {
+        "x_star": q["lr_opt_log_coef"] + q["lr_opt_exp_N"] * logN + q["lr_opt_exp_D"] * logD,
+        "z_star": q["batch_opt_log_coef"] + q["batch_opt_exp_N"] * logN + q["batch_opt_exp_D"] * logD,
+        "ell": q["loss_opt_log_coef"] + q["loss_opt_exp_N"] * logN + q["loss_opt_exp_D"] * logD,
+        "log_c_lr": q["log_c_lr"] + q["c_lr_exp_N"] * dN + q["c_lr_exp_D"] * dD,
+        "log_c_b": q["log_c_b"] + q["c_b_exp_N"] * dN + q["c_b_exp_D"] * dD,
+    }
+
+
+@jax.jit
+def _predict_core(p, eps, c, log_N, log_D, log_lr, log_b):
+    """Every draw x every target point in one fused computation (no Python loop over the grid)."""
+    ex = (-1,) + (1,) * log_N.ndim
+    q = {k: v.reshape(ex) for k, v in p.items()}
+    e = {k: eps[i].reshape(ex) for i, k in enumerate(NEW_SETTING)}
+    law = laws(q, (log_N - c["m_N"]) / c["h_N"], (log_D - c["m_D"]) / c["h_D"])
+    v = {k: law[k] + q[f"tau_{NEW_SETTING[k]}"] * e[k] for k in NEW_SETTING}
+    v.update(log_c_lr=law["log_c_lr"], log_c_b=law["log_c_b"], kappa1=q["kappa1"] + 0.0 * law["x_star"])
+    out = {"lr_opt": jnp.exp(c["m_lr"] + v["x_star"]), "batch_opt": jnp.exp(c["m_b"] + v["z_star"]),
+           "loss_opt": jnp.exp(c["m_y"] + v["ell"])}
+    z = v["z_star"] if log_b is None else log_b - c["m_b"]
+    if log_b is not None:
+        dz = z - v["z_star"]
+        out["lr_opt_at_batch"] = jnp.exp(c["m_lr"] + v["x_star"] + v["kappa1"] * dz + 0.5 * q["kappa2"] * dz * dz)
+    if log_lr is not None:
+        mu, _ = surface_at(q, v, log_lr - c["m_lr"], z)
+        out["loss"] = jnp.exp(c["m_y"] + mu)
+    return out
+
+
+#: natural-scale truth for `simulate`: rounded posterior medians of this model on Step Law's dense runs with
+#: N <= 6e8 (benchmarks/steplaw_lr.py); the valleys' log curvatures are at (ref_logN, ref_logD), the middle of
+#: those runs, and change with log N, log D by ``c_*_exp_*``. ``diverge_above``: a run whose log LR lies that far
+#: above the optimal LR at its batch diverges.
+TRUE_PARAMS: dict[str, float] = {
+    "lr_opt_log_coef": 1.29, "lr_opt_exp_N": -0.63, "lr_opt_exp_D": 0.22,
+    "batch_opt_log_coef": 1.74, "batch_opt_exp_N": -0.11, "batch_opt_exp_D": 0.56,
+    "loss_opt_log_coef": 3.13, "loss_opt_exp_N": -0.070, "loss_opt_exp_D": -0.037,
+    "ref_logN": 19.64, "ref_logD": 23.72,
+    "kappa1": 0.34, "kappa2": -0.25,
+    "log_c_lr": -4.78, "c_lr_exp_N": -0.06, "c_lr_exp_D": -0.24, "delta_lr": 0.63, "p_lr": 2.04,
+    "log_c_b": -5.21, "c_b_exp_N": 0.11, "c_b_exp_D": -0.16, "delta_b": 0.13, "p_b": 2.09,
+    "tau_lr": 0.05, "tau_b": 0.05, "tau_loss": 0.0066,
+    "sigma0": 0.0007, "sigma1": 0.095, "nu": 3.0,
+    "diverge_above": 1.5,
+}
+
+
+MODEL = Surface()

@@ -1,0 +1,248 @@
+"""Reliability (issue #9): damaged checkpoints and full disks never cost more than the damaged part.
+
+- A truncated, overwritten or missing file in the latest trainer checkpoint: the resume warns, falls back
+  to the checkpoint before, and the run finishes with its records; when no checkpoint can be read, a
+  one-line `TrainError` says what to do.
+- ENOSPC while writing a run record (the trainer's table, ``append_records``, the sweep's merged table):
+  a `TrainError` naming the file, the previous table byte for byte as it was, no temporary file left.
+
+One tiny training run (20 steps of 2048 tokens, checkpoints every 5 steps, stopped after 10) is shared by
+the checkpoint tests; each test damages its own copy and resumes it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scalinfer import _io
+from scalinfer.errors import TrainError
+from scalinfer.train import apply_overrides, preset, train
+from scalinfer.train.checkpoint import CheckpointWarning
+from scalinfer.train.records import append_records, read_records
+from scalinfer.train.sweep import merge
+
+OVERRIDES = ["name=rel", "total_tokens=40960", "batch_tokens=2048", "micro_batch_tokens=1024", "lr=1e-2",
+             "warmup=0.1", "decay=0.2", "eval_every=0", "checkpoint_every=5", "keep_checkpoints=2",
+             "eval_tokens=2048"]
+STEPS = 20  # 40960 / 2048
+
+
+def _config(*extra):
+    return apply_overrides(preset("tiny"), [*OVERRIDES, *extra])
+
+
+def _losses(path: Path) -> dict[int, list[float]]:
+    """step -> the training losses logged for it (a step logged twice shows up twice)."""
+    out: dict[int, list[float]] = {}
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        if "loss" in r and "eval_loss" not in r:
+            out.setdefault(r["step"], []).append(r["loss"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """A run stopped after 10 of its 20 steps: checkpoints at steps 5 and 10, metrics of steps 1-10."""
+    out = tmp_path_factory.mktemp("interrupted")
+    assert train(_config("stop_after_steps=10"), out) == []
+    assert sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit()) == [5, 10]
+    return out, _losses(out / "metrics.jsonl")
+
+
+def _array_file(step_dir: Path) -> Path:
+    """The largest array-data file of a checkpoint step (orbax/OCDBT chunk files under state/)."""
+    files = [p for p in (step_dir / "state").rglob("*") if p.is_file() and p.parent.name == "d"]
+    assert files, f"no array data files under {step_dir}"
+    return max(files, key=lambda p: p.stat().st_size)
+
+
+def _truncate(step_dir: Path) -> None:
+    _array_file(step_dir).write_bytes(b"")
+
+
+def _garbage(step_dir: Path) -> None:
+    f = _array_file(step_dir)
+    with open(f, "r+b") as fh:
+        fh.write(np.random.default_rng(0).bytes(256))
+
+
+def _delete(step_dir: Path) -> None:
+    _array_file(step_dir).unlink()
+
+
+@pytest.mark.parametrize("damage", [_truncate, _garbage, _delete], ids=["truncated", "garbage", "deleted"])
+def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(interrupted, tmp_path, damage):
+    """Simulates a latest checkpoint (step 10) damaged after it was written: its largest array file
+    truncated to 0 bytes, overwritten with garbage, or deleted. The resume must warn, restart from step 5,
+    set the damaged step aside, and finish the run with its record."""
+    src, before = interrupted
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    damage(out / "checkpoints" / "10")
+
+    with pytest.warns(CheckpointWarning, match=r"checkpoint step 10 .* cannot be restored .*falling back to step 5"):
+        records = train(_config(), out)
+
+    assert len(records) == 1 and records[0]["steps"] == STEPS and records[0]["loss"] is not None
+    assert read_records(out / "runs.jsonl") == records
+    got = _losses(out / "metrics.jsonl")
+    # resumed from step 5: steps 6-10 were redone (logged once: the stale lines were dropped), and the redone
+    # steps follow the interrupted run's trajectory exactly (params, optimizer state and data position restored)
+    assert sorted(got) == list(range(1, STEPS + 1)) and all(len(v) == 1 for v in got.values())
+    np.testing.assert_allclose([got[s][0] for s in range(1, 11)], [before[s][0] for s in range(1, 11)],
+                               rtol=1e-6, atol=0)
+    ckpts = out / "checkpoints"
+    assert (ckpts / "10.corrupt").is_dir()          # kept for inspection, out of orbax's way
+    assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [15, 20]
+
+
+def test_no_restorable_checkpoint_is_a_train_error(interrupted, tmp_path):
+    """Simulates every checkpoint damaged (step 10 truncated, step 5's array file deleted): the resume must
+    stop with a one-line TrainError that names the folder and says what to do, and move nothing."""
+    src, _ = interrupted
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    _truncate(out / "checkpoints" / "10")
+    _delete(out / "checkpoints" / "5")
+
+    with pytest.raises(TrainError) as info:
+        train(_config(), out)
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert f"no checkpoint in {out / 'checkpoints'} can be restored" in msg
+    assert "step 10:" in msg and "step 5 too" in msg and "restart the run from step 0" in msg
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["10", "5"]
+    assert not (out / "runs.jsonl").exists()
+
+
+# ---- full disk -----------------------------------------------------------------------------------------------
+
+
+def _enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _half_write_then_enospc(monkeypatch, name: str) -> list[Path]:
+    """Make the atomic writer of file ``name`` write half of the text into its temporary file, then fail with
+    ENOSPC (as a full disk does). Returns the temporary files it wrote into (to check they existed)."""
+    real = _io.atomic_write_with
+    seen: list[Path] = []
+
+    def write_with(path, write):
+        if Path(path).name != name:
+            return real(path, write)
+
+        def half(tmp):
+            write(tmp)                                  # the real write, then cut it as a full disk would
+            data = Path(tmp).read_bytes()
+            Path(tmp).write_bytes(data[:len(data) // 2])
+            seen.append(Path(tmp))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(path, half)
+
+    monkeypatch.setattr(_io, "atomic_write_with", write_with)
+    return seen
+
+
+def _folder(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
+
+
+@pytest.mark.parametrize("where", ["write", "fsync"])
+def test_full_disk_appending_records_keeps_the_previous_table(tmp_path, monkeypatch, where):
+    """Simulates ENOSPC while `append_records` rewrites the run table: half the new file written then
+    ENOSPC, or ENOSPC from fsync. The error must be a TrainError naming the table; the table must be byte
+    for byte as before and no temporary file may be left; once space is back, the append works."""
+    table = tmp_path / "runs.jsonl"
+    append_records(table, [{"run_id": "a", "loss": 3.0}, {"run_id": "b", "loss": float("nan")}])
+    before = _folder(tmp_path)
+    if where == "write":
+        tmps = _half_write_then_enospc(monkeypatch, table.name)
+    else:
+        monkeypatch.setattr(_io.os, "fsync", _enospc)
+
+    with pytest.raises(TrainError) as info:
+        append_records(table, [{"run_id": "c", "loss": 2.5}])
+    msg = str(info.value)
+    assert str(table) in msg and "No space left on device" in msg and "unchanged (2 records)" in msg
+    assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.ENOSPC
+    if where == "write":
+        assert len(tmps) == 1 and tmps[0].parent == tmp_path   # the temp file was real, in the same folder...
+    assert _folder(tmp_path) == before                          # ...and is gone; the table is untouched
+
+    monkeypatch.undo()
+    assert [r["run_id"] for r in append_records(table, [{"run_id": "c", "loss": 2.5}])] == ["c"]
+    assert [r["run_id"] for r in read_records(table)] == ["a", "b", "c"]
+
+
+def test_full_disk_writing_the_trainers_record_keeps_the_table_and_a_rerun_adds_it(interrupted, tmp_path,
+                                                                                 monkeypatch):
+    """Simulates ENOSPC when the trainer appends its record at the end of a run (half the new run table
+    written, then ENOSPC). train() must raise a TrainError naming the table, leave the table (which holds an
+    earlier record) byte for byte unchanged with no temp file; rerunning the same command adds the record
+    without training again."""
+    src, _ = interrupted
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    table = out / "runs.jsonl"
+    append_records(table, [{"run_id": "earlier", "loss": 3.0}])
+    before = table.read_bytes()
+    _half_write_then_enospc(monkeypatch, table.name)
+
+    with pytest.raises(TrainError, match=rf"cannot write the run table {table} \(No space left on device\)"):
+        train(_config(), out)
+    assert table.read_bytes() == before
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+    monkeypatch.undo()
+    records = train(_config(), out)                    # resumes from the final checkpoint: nothing to train
+    assert records[0]["steps"] == STEPS
+    assert [r["run_id"] for r in read_records(table)] == ["earlier", records[0]["run_id"]]
+    assert sorted(_losses(out / "metrics.jsonl")) == list(range(1, STEPS + 1))
+
+
+def test_full_disk_writing_the_sweeps_merged_table_keeps_it(tmp_path, monkeypatch):
+    """Simulates ENOSPC while `merge` rewrites a sweep's merged run table (half written, then ENOSPC): a
+    TrainError naming the table and saying how to redo the merge; the merged table and manifest byte for
+    byte as before, no temporary file; a later merge picks the new record up."""
+    out = tmp_path / "sweep"
+    append_records(out / "runs" / "r1" / "runs.jsonl", [{"run_id": "r1", "loss": 3.0}])
+    assert merge(out).n_records == 1
+    before = _folder(out)
+    assert {"runs.jsonl", "manifest.json"} <= set(before)
+    append_records(out / "runs" / "r2" / "runs.jsonl", [{"run_id": "r2", "loss": 2.9}])
+    tmps = _half_write_then_enospc(monkeypatch, "runs.jsonl")   # merge only reads the runs' own tables
+
+    with pytest.raises(TrainError) as info:
+        merge(out)
+    msg = str(info.value)
+    assert str(out / "runs.jsonl") in msg and "No space left on device" in msg and "--merge" in msg
+    assert len(tmps) == 1 and tmps[0].parent == out
+    assert _folder(out) == before
+
+    monkeypatch.undo()
+    assert merge(out).n_records == 2
+    assert [r["run_id"] for r in read_records(out / "runs.jsonl")] == ["r1", "r2"]
+
+
+def test_missing_fork_checkpoint_of_a_healthy_run_is_an_error_not_a_divergence(tmp_path):
+    """A decay branch whose stable-phase checkpoint was deleted after the main run passed it: recording the
+    branch as diverged would be a false (censored) observation, so the resume stops with a TrainError that
+    names the checkpoint and says how to recover, and writes no record for the branch."""
+    cfg = _config("decay_points=[0.5]", "stop_after_steps=15")
+    assert train(cfg, tmp_path) == []
+    forks = [p for p in (tmp_path / "stable").iterdir() if p.name.isdigit()]
+    assert len(forks) == 1
+    shutil.rmtree(forks[0])
+    with pytest.raises(TrainError, match=r"stable-phase checkpoint at step \d+.*missing.*rerun"):
+        train(_config("decay_points=[0.5]"), tmp_path)
+    records = read_records(tmp_path / "runs.jsonl")
+    assert [r["diverged"] for r in records] == [False]  # the main run only; no false record of the branch
