@@ -91,53 +91,39 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         tree = _to_tree(m, runs, data, constants, draws, None, kwargs, method, extra)
         return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map})
 
-    import jax
-    from numpyro.infer import MCMC, NUTS
+    from scalinfer.inference.nuts import run_nuts
 
     # start each chain at a different point of the Laplace approximation (over-dispersed a little), so
     # that R-hat can tell if chains disagree; fall back to jitter around the mode
     try:
         _, flat = laplace_draws(point, chains, seed=seed + 1)
     except ModelError:
-        from jax.flatten_util import ravel_pytree
-        z0, _ = ravel_pytree(point.z)
-        flat = np.asarray(z0)[None] + 0.05 * np.random.default_rng(seed).normal(size=(chains, z0.shape[0]))
+        z0 = point.flat
+        flat = z0[None] + 0.05 * np.random.default_rng(seed).normal(size=(chains, z0.shape[0]))
     flat = _finite_starts(point, flat)
+    init = point.unravel(flat)
     dense = getattr(m, "dense_mass", True) if dense_mass is None else dense_mass
-    # NUTS runs on w = (z - mode) / scale, with `scale` the Laplace standard deviations: every coordinate is
-    # O(1) in the posterior. NumPyro's (Stan's) mass-matrix adaptation shrinks its estimate toward 1e-3 times
-    # the identity, which for a parameter of posterior sd 1e-4 (a setting's log loss on smoothed curves) is a
-    # 10^4-fold error that forces tiny steps at maximum tree depth; after this scaling it is harmless.
-    z0, scale = _preconditioner(point)
-    potential = lambda w: point.potential_fn(point.unravel(z0 + scale * w))  # noqa: E731
-    init = (flat - z0) / scale
-    kernel = NUTS(potential_fn=potential, dense_mass=dense, target_accept_prob=target_accept)
-    mcmc = MCMC(kernel, num_warmup=warmup, num_samples=samples, num_chains=chains,
-                chain_method=chain_method_for(chains), progress_bar=not quiet and sys.stderr.isatty())
     _log(f"{m.name}: NUTS, {chains} chains x ({warmup} warmup + {samples} draws)", quiet)
     t1 = time.perf_counter()
-    mcmc.run(jax.random.PRNGKey(seed), init_params=init if chains > 1 else init[0],
-             extra_fields=("diverging", "num_steps", "accept_prob", "energy"))
-    w = np.asarray(mcmc.get_samples(group_by_chain=True))
-    constrain = jax.jit(jax.vmap(lambda v: point.postprocess_fn(point.unravel(z0 + scale * v))))
-    flat_draws = constrain(w.reshape(-1, w.shape[-1]))
-    draws = {k: np.asarray(v).reshape(chains, samples, *np.shape(v)[1:]) for k, v in flat_draws.items()}
-    stats = {k: np.asarray(v) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
+    shift, scale = _preconditioner(point)
+    draws, stats = run_nuts(m.model, kwargs, init, chains=chains, warmup=warmup, samples=samples, seed=seed,
+                            dense_mass=dense, target_accept=target_accept, chain_method=chain_method_for(chains),
+                            shift=shift, scale=scale)
     t_nuts = time.perf_counter() - t1
+    _log(f"{m.name}: NUTS took {t_nuts:.1f} s", quiet)
     tree = _to_tree(m, runs, data, constants, draws, stats, kwargs, method, extra)
     return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map, "nuts_s": t_nuts})
 
 
-def _preconditioner(point) -> tuple[np.ndarray, np.ndarray]:
-    """(mode, per-coordinate scale) of the unconstrained posterior: the Laplace standard deviations, or
-    1/sqrt(diagonal curvature) where the Hessian at the mode is not positive definite (a saddle of a
-    hierarchical joint density), clipped to [1e-8, 10]."""
-    import jax
-    from jax.flatten_util import ravel_pytree
+def _preconditioner(point) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(mode, per-coordinate scale) of the unconstrained posterior, site by site, for NUTS to run on
+    w = (z - mode) / scale (see `run_nuts`): the Laplace standard deviations, or 1/sqrt(diagonal curvature)
+    where the Hessian at the mode is not positive definite (a saddle of a hierarchical joint density),
+    clipped to [1e-8, 10]."""
+    from scalinfer.inference.optimize import curvature
 
-    z0 = np.asarray(ravel_pytree(point.z)[0])
-    hess = np.asarray(jax.hessian(lambda v: point.potential_fn(point.unravel(v)))(z0))
-    hess = 0.5 * (hess + hess.T)
+    z0 = point.flat
+    _, _, hess = curvature(point.z, z0, point.model_fn, point.model_kwargs)
     sd = None
     if np.all(np.isfinite(hess)):
         w, V = np.linalg.eigh(hess)
@@ -147,24 +133,22 @@ def _preconditioner(point) -> tuple[np.ndarray, np.ndarray]:
             sd = 1.0 / np.sqrt(np.maximum(np.abs(np.diag(hess)), 1e-2))
     if sd is None or not np.all(np.isfinite(sd)):
         sd = np.ones_like(z0)
-    return z0, np.clip(sd, 1e-8, 10.0)
+    return point.unravel(z0), point.unravel(np.clip(sd, 1e-8, 10.0))
 
 
 def _finite_starts(point, flat: np.ndarray) -> np.ndarray:
     """Chain starts where the log density is finite: a start outside the support (a Laplace draw past a wall
     of the likelihood, e.g. a target made unreachable) is pulled halfway back to the mode until it is
     inside; NUTS cannot move from a start of infinite potential."""
-    from jax.flatten_util import ravel_pytree
-
-    z0 = np.asarray(ravel_pytree(point.z)[0])
+    z0 = point.flat
     out = np.array(flat, dtype=float)
-    for i in range(out.shape[0]):
-        for _ in range(30):
-            if np.isfinite(float(point.potential_fn(point.unravel(out[i])))):
-                break
-            out[i] = z0 + 0.5 * (out[i] - z0)
-        else:
-            out[i] = z0
+    bad = np.zeros(out.shape[0], bool)
+    for _ in range(30):
+        bad = ~np.isfinite(point.potentials(out))
+        if not bad.any():
+            return out
+        out[bad] = z0 + 0.5 * (out[bad] - z0)
+    out[bad] = z0
     return out
 
 
@@ -213,21 +197,32 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
 
 def _support_bounds(m: Model, kwargs) -> dict[str, tuple[float, float]]:
     """(lower, upper) of each scalar sampled site's support, where finite on at least one side."""
-    import jax
-    from numpyro import handlers
+    from scalinfer.inference.compiled import model_sites
 
-    tr = handlers.trace(handlers.seed(m.model, jax.random.PRNGKey(0))).get_trace(**kwargs)
-    out = {}
-    for k, site in tr.items():
-        if site["type"] != "sample" or site.get("is_observed") or np.ndim(site["value"]) != 0:
+    out, traced = {}, []
+    for k, site in model_sites(m.model, kwargs).items():
+        if site["type"] != "sample" or site["is_observed"] or site["ndim"] != 0:
             continue
-        support = site["fn"].support
-        lo = float(np.asarray(getattr(support, "lower_bound", -np.inf)))
-        hi = float(np.asarray(getattr(support, "upper_bound", np.inf)))
-        if type(support).__name__ in ("_Positive", "_GreaterThan", "_GreaterThanEq") and not np.isfinite(lo):
+        if (site["has_lower"] and site["lower"] is None) or (site["has_upper"] and site["upper"] is None):
+            traced.append(k)  # a bound computed in the model (from the data or other parameters)
+            continue
+        lo = -np.inf if site["lower"] is None else site["lower"]
+        hi = np.inf if site["upper"] is None else site["upper"]
+        if site["support"] in ("_Positive", "_GreaterThan", "_GreaterThanEq") and not np.isfinite(lo):
             lo = 0.0
         if np.isfinite(lo) or np.isfinite(hi):
             out[k] = (lo, hi)
+    if traced:  # run the model for their values (compiles its operations one by one: only when needed)
+        import jax
+        from numpyro import handlers
+
+        tr = handlers.trace(handlers.seed(m.model, jax.random.PRNGKey(0))).get_trace(**kwargs)
+        for k in traced:
+            support = tr[k]["fn"].support
+            lo = float(np.asarray(getattr(support, "lower_bound", -np.inf)))
+            hi = float(np.asarray(getattr(support, "upper_bound", np.inf)))
+            if np.isfinite(lo) or np.isfinite(hi):
+                out[k] = (lo, hi)
     return out
 
 
@@ -242,19 +237,18 @@ def _run_columns(runs: RunTable) -> list[str]:
 
 
 def _log_likelihood(m: Model, kwargs, draws) -> dict[str, np.ndarray]:
-    from numpyro.infer.util import log_likelihood
+    from scalinfer.inference.compiled import log_likelihood
 
-    sampled = {k: v for k, v in draws.items() if k in _sample_sites(m, kwargs)}
-    ll = log_likelihood(m.model, sampled, batch_ndims=2, **kwargs)
-    return {k: np.asarray(v) for k, v in ll.items()}
+    sites = _sample_sites(m, kwargs)
+    sampled = {k: v for k, v in draws.items() if k in sites}
+    return log_likelihood(m.model, sampled, kwargs, batch_ndims=2)
 
 
 def _sample_sites(m: Model, kwargs) -> set[str]:
-    import jax
-    from numpyro import handlers
+    from scalinfer.inference.compiled import model_sites
 
-    tr = handlers.trace(handlers.seed(m.model, jax.random.PRNGKey(0))).get_trace(**kwargs)
-    return {k for k, s in tr.items() if s["type"] in ("sample", "deterministic") and not s.get("is_observed")}
+    return {k for k, s in model_sites(m.model, kwargs).items()
+            if s["type"] in ("sample", "deterministic") and not s["is_observed"]}
 
 
 class Fit:

@@ -1,0 +1,230 @@
+"""Compiled programs that take the data as arguments, so that they compile once per model and shapes.
+
+A NumPyro model's data (its keyword arguments) can enter a compiled XLA program in two ways: closed over,
+as constants of the program, or passed as arguments. Closed over, every new table of the same shapes is a
+new program: it compiles again (seconds to tens of seconds on CPU), and JAX's persistent compilation cache
+never hits across datasets, since the cache key is the program, constants included. Passed as arguments,
+the program depends only on the model, the shapes and dtypes of the data, and the settings: a calibration
+study that fits 100 simulated tables compiles once, and a new process finds the programs in the
+persistent cache.
+
+This module holds what the inference programs share:
+
+- `split_kwargs`: the model's keyword arguments -> (traced arguments: arrays, Python floats and None;
+  static ones: Python ints, bools and strings, which a model may use for shapes or branches);
+- `program`: a decorator caching one jitted function per (model, static kwargs, settings), so a second fit
+  in the same process reuses the compiled executable without tracing again;
+- `model_sites`: what the model's sites are (names, types, supports), from an abstract trace that compiles
+  nothing;
+- `CompileLog`: counts XLA compilations and persistent-cache hits in a block (tests and benchmarks).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["split_kwargs", "join_kwargs", "program", "model_sites", "log_likelihood", "CompileLog",
+           "tree_unraveler"]
+
+
+def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
+    """(dynamic, static) parts of a model's keyword arguments.
+
+    Dynamic (traced arguments of the compiled programs): arrays of any shape (0-d integer arrays excepted),
+    Python and NumPy floats, and None (an empty pytree). Static (part of the program's identity): Python
+    ints, bools and strings, 0-d integer arrays, and anything else hashable. A model must not branch in
+    Python on the *value* of a dynamic argument (on its shape, or on whether it is None, is fine).
+    """
+    dynamic, static = {}, []
+    for k, v in kwargs.items():
+        if v is None or isinstance(v, (float, np.floating)) and not isinstance(v, bool):
+            dynamic[k] = v
+        elif isinstance(v, (bool, int, str, np.integer, np.bool_)):
+            static.append((k, v.item() if isinstance(v, np.generic) else v))
+        elif hasattr(v, "shape") and hasattr(v, "dtype"):
+            if np.ndim(v) == 0 and np.issubdtype(np.asarray(v).dtype, np.integer):
+                static.append((k, int(np.asarray(v))))
+            else:
+                dynamic[k] = v
+        else:
+            try:
+                hash(v)
+            except TypeError:
+                dynamic[k] = v  # a pytree of arrays (list, dict...)
+            else:
+                static.append((k, v))
+    return dynamic, tuple(sorted(static))
+
+
+def join_kwargs(dynamic: dict[str, Any], static: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    return {**dynamic, **dict(static)}
+
+
+def _model_key(model_fn: Callable) -> Any:
+    """A hashable identity of a model function: itself if hashable (a function, or a bound method of a
+    hashable model such as a frozen dataclass), else (class, function name, repr of the instance)."""
+    try:
+        hash(model_fn)
+        return model_fn
+    except TypeError:
+        owner = getattr(model_fn, "__self__", None)
+        return (type(owner), getattr(model_fn, "__name__", ""), repr(owner))
+
+
+_LOCK = threading.Lock()
+_MAX_PROGRAMS = 64
+
+
+def program(build: Callable) -> Callable:
+    """Cache the result of ``build(model_fn, static, *settings)`` (a jitted function) per model and settings.
+
+    The cache keeps the jitted function objects alive, so JAX's in-memory cache of their executables is
+    reused by later fits; JAX's persistent cache covers new processes and `jax.clear_caches()`.
+    """
+    cache: dict[Any, Callable] = {}
+
+    @functools.wraps(build)
+    def get(model_fn: Callable, static: tuple, *settings: Any) -> Callable:
+        key = (_model_key(model_fn), static, settings)
+        with _LOCK:
+            fn = cache.get(key)
+            if fn is None:
+                if len(cache) >= _MAX_PROGRAMS:
+                    cache.pop(next(iter(cache)))
+                fn = cache[key] = build(model_fn, static, *settings)
+        return fn
+
+    get.cache = cache  # type: ignore[attr-defined]
+    return get
+
+
+def tree_unraveler(z: dict[str, Any]) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+    """NumPy inverse of `jax.flatten_util.ravel_pytree` for a dict of arrays like `z`: flat vectors of shape
+    (..., dim) -> dict of arrays (..., *shape). Runs no XLA program."""
+    import jax
+
+    leaves, treedef = jax.tree_util.tree_flatten(z)
+    shapes = [np.shape(x) for x in leaves]
+    sizes = [int(np.prod(s)) for s in shapes]
+    ends = np.cumsum(sizes)
+
+    def unravel(flat):
+        flat = np.asarray(flat)
+        lead = flat.shape[:-1]
+        parts = [flat[..., e - n:e].reshape(tuple(lead) + tuple(s)) for e, n, s in zip(ends, sizes, shapes)]
+        return jax.tree_util.tree_unflatten(treedef, parts)
+
+    return unravel
+
+
+def model_sites(model_fn: Callable, kwargs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Name -> {type, is_observed, ndim, support, lower, upper} of each site of the model run on `kwargs`,
+    from an abstract trace (`jax.eval_shape`): no XLA program is compiled or run. ``lower``/``upper`` are
+    floats where the support's bounds are constants, None where they depend on the data or are absent."""
+    import jax
+    from numpyro import handlers
+
+    dynamic, static = split_kwargs(kwargs)
+    out: dict[str, dict[str, Any]] = {}
+
+    def bound(x):
+        if x is None:
+            return None
+        if isinstance(x, jax.core.Tracer):
+            return None
+        try:
+            return float(np.asarray(x))
+        except (TypeError, ValueError):
+            return None
+
+    def run(dyn):
+        tr = handlers.trace(handlers.seed(model_fn, jax.random.PRNGKey(0))).get_trace(**join_kwargs(dyn, static))
+        for k, site in tr.items():
+            info = {"type": site["type"], "is_observed": bool(site.get("is_observed", False)),
+                    "ndim": len(np.shape(site["value"])), "support": None, "lower": None, "upper": None}
+            if site["type"] == "sample":
+                support = site["fn"].support
+                info["support"] = type(support).__name__
+                info["lower"] = bound(getattr(support, "lower_bound", None))
+                info["upper"] = bound(getattr(support, "upper_bound", None))
+                info["has_lower"] = hasattr(support, "lower_bound")
+                info["has_upper"] = hasattr(support, "upper_bound")
+            out[k] = info
+        return 0.0
+
+    jax.eval_shape(run, dynamic)
+    return out
+
+
+@program
+def _log_likelihood_program(model_fn, static, batch_ndims: int):
+    import jax
+    from numpyro.infer.util import log_likelihood as _ll
+
+    def scalinfer_log_likelihood(samples, dyn):
+        return _ll(model_fn, samples, parallel=True, batch_ndims=batch_ndims, **join_kwargs(dyn, static))
+
+    return jax.jit(scalinfer_log_likelihood)
+
+
+def log_likelihood(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str, Any],
+                   batch_ndims: int = 2) -> dict[str, np.ndarray]:
+    """`numpyro.infer.util.log_likelihood` of each observed site at `samples` (with `batch_ndims` leading
+    batch axes), as one compiled program with the data as an argument."""
+    dynamic, static = split_kwargs(kwargs)
+    out = _log_likelihood_program(model_fn, static, batch_ndims)(samples, dynamic)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+class CompileLog:
+    """Within a ``with`` block, count XLA compilations (``compiles``, with their seconds ``compile_s``) and
+    persistent compilation cache hits (``hits``), per compiled function name in ``by_name``.
+
+    Example::
+
+        with CompileLog() as log:
+            scalinfer.fit(runs)
+        log.compiles, log.hits
+    """
+
+    COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+    HIT_EVENT = "/jax/compilation_cache/cache_hits"
+
+    def __init__(self):
+        self.compiles = 0
+        self.hits = 0
+        self.compile_s = 0.0
+        self.by_name: dict[str, list[tuple[bool, float]]] = {}
+        self._pending_hit = False
+
+    def _on_event(self, event: str, **kw: Any) -> None:
+        if event == self.HIT_EVENT:
+            self._pending_hit = True
+
+    def _on_duration(self, event: str, secs: float, **kw: Any) -> None:
+        if event != self.COMPILE_EVENT:
+            return
+        hit, self._pending_hit = self._pending_hit, False
+        if hit:
+            self.hits += 1
+        else:
+            self.compiles += 1
+            self.compile_s += secs
+        self.by_name.setdefault(str(kw.get("fun_name", "?")), []).append((hit, secs))
+
+    def __enter__(self) -> CompileLog:
+        import jax.monitoring as mon
+
+        mon.register_event_listener(self._on_event)
+        mon.register_event_duration_secs_listener(self._on_duration)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import jax.monitoring as mon
+
+        mon.unregister_event_listener(self._on_event)
+        mon.unregister_event_duration_listener(self._on_duration)

@@ -1,0 +1,77 @@
+"""Issue #8: the data are arguments of the compiled programs, so a fit of new data of the same shapes
+compiles nothing new: in the same process the executables are reused, and after `jax.clear_caches()` (or in
+a new process) they come from the persistent compilation cache."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+import scalinfer
+from scalinfer.inference.compiled import CompileLog, split_kwargs
+from scalinfer.models import get_model
+
+SETTINGS = dict(model="chinchilla", chains=2, warmup=150, samples=150)
+#: the programs a NUTS fit compiles (named after the functions `jax.jit`/`jax.pmap` wrap)
+PROGRAMS = ("scalinfer_map", "scalinfer_laplace", "scalinfer_potential", "scalinfer_nuts",
+            "scalinfer_log_likelihood")
+
+
+def _table(seed: int):
+    m = get_model("chinchilla")
+    return scalinfer.load_runs(m.simulate(m.true_params(), m.default_design(), seed=seed))
+
+
+def _fit(seed: int):
+    t0 = time.perf_counter()
+    with CompileLog() as log:
+        f = scalinfer.fit(_table(seed), seed=seed, **SETTINGS)
+    return f, log, time.perf_counter() - t0
+
+
+@pytest.mark.slow
+def test_second_fit_of_new_data_compiles_nothing():
+    first, log1, wall1 = _fit(101)
+    second, log2, wall2 = _fit(102)
+    assert any(p in name for name in log1.by_name for p in PROGRAMS) or log1.hits, "the first fit compiled nothing"
+    assert log2.compiles == 0, f"the second fit compiled {log2.compiles} program(s): {sorted(log2.by_name)}"
+    assert log2.hits == 0  # not even a cache lookup: the executables are reused in memory
+    assert wall2 < 0.5 * wall1 or log1.compiles == 0
+    # new data, new answer (not a cached result)
+    a, b = first.posterior["alpha"].values, second.posterior["alpha"].values
+    assert a.shape == b.shape == (2, 150) and not np.allclose(a, b)
+    assert second.summary()["alpha"]["r_hat"] < 1.05
+
+
+@pytest.mark.skipif(os.environ.get("SCALINFER_NO_CACHE") == "1", reason="persistent cache turned off")
+def test_fit_after_clearing_jax_caches_hits_the_persistent_cache():
+    import jax
+
+    from scalinfer.inference.runtime import prepare_runtime
+
+    prepare_runtime()
+    # persist every program, however fast it compiled here (the default threshold is 0.2 s)
+    before = jax.config.jax_persistent_cache_min_compile_time_secs
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    try:
+        _fit(201)
+        jax.clear_caches()
+        _, log, _ = _fit(202)
+    finally:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", before)
+    ours = {name: events for name, events in log.by_name.items() if any(p in name for p in PROGRAMS)}
+    assert {p for p in PROGRAMS if any(p in name for name in ours)} == set(PROGRAMS), sorted(log.by_name)
+    misses = {name: [s for hit, s in events if not hit] for name, events in ours.items()}
+    assert not any(misses.values()), f"compiled again instead of a persistent-cache hit: {misses}"
+
+
+@pytest.mark.parametrize("value, dynamic", [
+    (np.zeros(3), True), (1.5, True), (np.float64(2.0), True), (None, True),
+    (3, False), (True, False), ("t", False), (np.int64(4), False), (np.array(5), False),
+])
+def test_split_kwargs(value, dynamic):
+    dyn, static = split_kwargs({"x": value})
+    assert ("x" in dyn) == dynamic and (dict(static).get("x") is not None) == (not dynamic)
