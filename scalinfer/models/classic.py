@@ -43,7 +43,7 @@ import pandas as pd
 
 from scalinfer.errors import ModelError
 from scalinfer.models.base import Arrays, Model
-from scalinfer.models.surface import DIVERGENCE_RATIO, settings_of
+from scalinfer.models.surface import DIVERGENCE_RATIO, require_lr_and_batch, settings_of
 from scalinfer.runs.schema import RunTable
 
 __all__ = ["Classic", "MODEL", "quadratic_vertex", "ols_law"]
@@ -128,11 +128,7 @@ class Classic(Model):
     def prepare(self, runs: RunTable) -> tuple[Arrays, dict[str, float]]:
         self.check(runs)
         df = runs.df.reset_index(drop=True)
-        for col in ("lr", "batch_tokens"):
-            bad = np.flatnonzero(~np.isfinite(df[col].to_numpy(float)))
-            if len(bad):
-                raise ModelError(f"{runs.source}: the classic pipeline needs {col!r} on every run; "
-                                 f"{len(bad)} run(s) lack it (first: run {df['run_id'].iloc[bad[0]]!r})")
+        require_lr_and_batch(df, runs.source, "the classic pipeline")
         s_idx, settings = settings_of(df)
         from scalinfer.models.surface import MODEL as SURFACE
         diverged = SURFACE.__class__(divergence_ratio=self.divergence_ratio).diverged_mask(df, s_idx)

@@ -183,6 +183,15 @@ def surface_at(p, v, x, z):
     return v["ell"] + excess, excess
 
 
+def require_lr_and_batch(df: pd.DataFrame, source: str, who: str) -> None:
+    """A `ModelError` naming the first run without a finite ``lr`` or ``batch_tokens``."""
+    for col in ("lr", "batch_tokens"):
+        bad = np.flatnonzero(~np.isfinite(df[col].to_numpy(float)))
+        if len(bad):
+            raise ModelError(f"{source}: {who} needs {col!r} on every run; {len(bad)} run(s) lack it "
+                             f"(first: run {df['run_id'].iloc[bad[0]]!r})")
+
+
 def settings_of(df: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     """Index of each run's setting (N, D and ``group`` when the table has one) and the settings table."""
     keys = ["N", "D"] + (["group"] if "group" in df.columns and df["group"].notna().any() else [])
@@ -241,11 +250,7 @@ class Surface(Model):
             if col not in df.columns or df[col].isna().any():
                 raise ModelError(f"{runs.source}: n_kind={self.n_kind!r} needs column {col!r} on every run")
             df = df.assign(N=df[col])
-        for col in ("lr", "batch_tokens"):
-            bad = np.flatnonzero(~np.isfinite(df[col].to_numpy(float)))
-            if len(bad):
-                raise ModelError(f"{runs.source}: the surface model needs {col!r} on every run; "
-                                 f"{len(bad)} run(s) lack it (first: run {df['run_id'].iloc[bad[0]]!r})")
+        require_lr_and_batch(df, runs.source, "the surface model")
         s_idx, settings = settings_of(df)
         loss = df["loss"].to_numpy(float)
         diverged = self.diverged_mask(df, s_idx)
