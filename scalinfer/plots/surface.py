@@ -5,8 +5,8 @@ kind               what it shows
 =================  ===========================================================================================
 ``lr-law``         eta* against N at fixed D and against D at fixed N: posterior median and 50%/90% bands
                    for a new setting, the extrapolation region shaded, the per-setting empirical optima (the
-                   best run's LR, moved to the fixed D or N along the posterior median exponent)
-                   (the LR paper's Figure 2)
+                   best run's LR, moved to the fixed D or N along the posterior median exponent and, for
+                   ``surface``, along the fitted LR-batch ridge to the setting's B*) (the LR paper's Figure 2)
 ``batch-law``      the same for the loss-optimal batch B* (tokens)
 ``lr-valley``      loss against LR per setting at the setting's best batch, with the posterior band of the
                    fitted valley, diverged runs marked (the LR paper's Figure 1b)
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from scalinfer.errors import ModelError
-from scalinfer.plots.style import COLORS, band, label_axes, new_figure, shade_extrapolation
+from scalinfer.plots.style import COLORS, band, label_axes, log_ticks, new_figure, shade_extrapolation
 
 __all__ = ["KINDS", "law_figure", "valley_figure", "ppc_figure"]
 
@@ -68,6 +68,11 @@ def law_figure(fit, quantity: str = "lr_opt", N: float | None = None, D: float |
     quantity : ``"lr_opt"`` or ``"batch_opt"``.
     N, D : the fixed values of the two panels (default: the geometric middle of the fitted range).
     extend : how far beyond the largest fitted N and D the curves go (a factor).
+
+    The dots are each setting's best run, moved to the panel's fixed D (or N) along the posterior median
+    exponent. For a ``surface`` fit's eta*, which is the optimal LR *at B**, the best run's LR is also moved
+    along the fitted ridge (posterior medians of kappa1, kappa2 and the setting's B*) from the batch it ran at
+    to B*: where B* lies outside the batches tried, the best run's own LR is not comparable with the curve.
     """
     if quantity not in _LAW:
         raise ModelError(f"quantity must be one of {', '.join(_LAW)}, not {quantity!r}")
@@ -78,6 +83,10 @@ def law_figure(fit, quantity: str = "lr_opt", N: float | None = None, D: float |
     D_fix = float(D) if D is not None else float(np.sqrt(c["min_D"] * c["max_D"]))
     best = _empirical_optima(fit)
     col = _LAW[quantity][1]
+    value = best[col].to_numpy(float)
+    along_ridge = quantity == "lr_opt" and fit.model.name == "surface"
+    if along_ridge:
+        value = value * _ridge_factor(fit, best)
     exp_N, exp_D = _median(fit, f"{quantity}_exp_N"), _median(fit, f"{quantity}_exp_D")
     fig, axes = new_figure(ncols=2, width=5.0, height=3.8)
     axes = np.ravel(axes)
@@ -86,20 +95,47 @@ def law_figure(fit, quantity: str = "lr_opt", N: float | None = None, D: float |
         grid = np.geomspace(lo / 1.5, hi * extend, 60)
         targets = {axis: grid, fixed_name: fixed}
         pred = fit.predict(**targets)
-        band(ax, grid, pred[quantity], color=COLORS[0], label=f"posterior median ({fit.model.name})", cis=ci)
+        if fit.model.name == "surface":
+            band(ax, grid, pred[quantity], color=COLORS[0], label="posterior median (surface), new setting",
+                 cis=ci, label_bands=ax is axes[0])
+        else:  # bootstrap confidence intervals of the law, not credible intervals for a new setting
+            band(ax, grid, pred[quantity], color=COLORS[0], cis=ci, label=f"median ({fit.model.name}); bands: "
+                 f"{' and '.join(f'{100 * q:.0f}%' for q in sorted(ci))} bootstrap intervals of the law")
         # empirical optima moved to the fixed value of the other axis along the posterior median exponent
         other_exp = exp_D if fixed_name == "D" else exp_N
-        moved = best[col].to_numpy(float) * (fixed / best[fixed_name].to_numpy(float)) ** other_exp
-        ax.scatter(best[axis], moved, s=22, color=COLORS[1], zorder=3, edgecolor="white", lw=0.5,
-                   label=f"best run per setting, moved to {fixed_name}={_fmt_count(fixed)}")
+        moved = value * (fixed / best[fixed_name].to_numpy(float)) ** other_exp
+        what = "best run per setting, moved to the panel's fixed N or D\nalong the fitted exponents" + (
+            ", and from its batch\nto the setting's B* along the fitted LR-batch ridge" if along_ridge else "")
+        ax.scatter(best[axis], moved, s=22, color=COLORS[1], zorder=3, edgecolor="white", lw=0.5, label=what)
         ax.set_xscale("log")
         ax.set_xlim(grid[0], grid[-1])
         shade_extrapolation(ax, hi)
-        what = "non-embedding parameters N" if axis == "N" else "training tokens D"
-        label_axes(ax, what, _LAW[quantity][0], f"{_LAW[quantity][0].split(' $')[0]} vs {axis} at "
+        name = "non-embedding parameters N" if axis == "N" else "training tokens D"
+        label_axes(ax, name, _LAW[quantity][0], f"{_LAW[quantity][0].split(' $')[0]} vs {axis} at "
                    f"{fixed_name} = {_fmt_count(fixed)}")
-        ax.legend(loc="best")
+        log_ticks(ax.xaxis)
+        if quantity == "batch_opt":
+            log_ticks(ax.yaxis)
+    # one legend for both panels, below them: inside either panel it covers data or bands
+    handles, names = axes[0].get_legend_handles_labels()
+    for h, n in zip(*axes[1].get_legend_handles_labels()):
+        if n not in names:
+            handles.append(h)
+            names.append(n)
+    fig.legend(handles, names, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
     return fig
+
+
+def _ridge_factor(fit, best) -> np.ndarray:
+    """exp(x*_s - x_s(z_run)): moves each setting's best-run LR along the posterior-median ridge
+    x_s(z) = x*_s + kappa1 (z - z*_s) + kappa2 (z - z*_s)^2 / 2 from its batch z_run to the setting's B*."""
+    from scalinfer.models.surface import setting_values
+
+    data, p = _data(fit), _setting_draws(fit)
+    z_star = np.median(np.asarray(setting_values(p, data["n_s"], data["d_s"])["z_star"]), axis=0)
+    k1, k2 = float(np.median(p["kappa1"])), float(np.median(p["kappa2"]))
+    dz = np.log(best["batch_tokens"].to_numpy(float)) - fit.constants["m_b"] - z_star[best["_s"].to_numpy(int)]
+    return np.exp(-(k1 * dz + 0.5 * k2 * dz * dz))
 
 
 def _surface_only(fit):
@@ -229,13 +265,17 @@ def ppc_figure(fit, seed: int = 0, max_points: int = 2000):
                 color=COLORS[0], ecolor=COLORS[0], alpha=0.45, elinewidth=0.6, label="run (90% predictive)")
     lims = [min(obs.min(), lo.min()), max(obs.max(), hi.max())]
     a0.plot(lims, lims, color="black", lw=0.8, label="observed = predicted")
-    label_axes(a0, "predicted loss (nats/token)", "observed loss (nats/token)", "posterior predictive check")
+    # linear axes: losses span well under a decade, where log axes only give "2.2 x 10^0" tick labels
+    label_axes(a0, "predicted loss (nats/token)", "observed loss (nats/token)", "posterior predictive check",
+               logx=False, logy=False)
     a0.legend(loc="upper left")
-    a1.hist(pit, bins=20, range=(0, 1), color=COLORS[0], alpha=0.7, density=True, label="converged runs")
+    heights, _, _ = a1.hist(pit, bins=20, range=(0, 1), color=COLORS[0], alpha=0.7, density=True,
+                            label="converged runs")
     a1.axhline(1.0, color="black", lw=0.8, label="calibrated (uniform)")
     label_axes(a1, "P(predicted < observed)", "density", "PIT: coverage 50% -> "
                f"{100 * cover[0.5]:.0f}%, 90% -> {100 * cover[0.9]:.0f}%", logx=False, logy=False)
-    a1.legend(loc="upper center")
+    a1.set_ylim(0, 1.4 * max(float(np.max(heights)), 1.0))  # headroom: the legend sits above the bars
+    a1.legend(loc="upper center", ncols=2)
     return fig
 
 
