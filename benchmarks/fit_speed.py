@@ -1,8 +1,48 @@
-"""Time repeated NUTS fits of one model to different data of the same shapes (issue #8, fitting speed).
+"""Fitting speed (issue #8): scalinfer's NUTS against nutpie on one model, and repeated fits of one model.
 
-What a calibration study, a test suite or a notebook does: fit the same model again and again to tables of
-the same size. Each scenario runs in a fresh Python process; all share one new, empty persistent compilation
-cache:
+Default, ``--model surface``: the ``surface`` model on Step Law's 1,911 dense runs
+(``../shared/datasets/steplaw/dense_runs.csv``, read in place), every measurement in a fresh Python process:
+
+1. scalinfer MAP, cold: ``scalinfer.fit(runs, model="surface", method="map")`` with a new, empty compilation
+   cache; then, untimed, the equivalence check: the PyMC model of ``benchmarks/_pymc_surface.py`` and
+   scalinfer's NumPyro model must give the same log density (unconstrained space, Jacobians included) and the
+   same gradient at scalinfer's MAP point and at points jittered around it (``--no-check`` skips it);
+2. scalinfer NUTS, cold: ``scalinfer.fit(runs, model="surface", chains=4, warmup=W, samples=S, seed=0)`` with
+   another new, empty compilation cache (``SCALINFER_CACHE``);
+3. scalinfer NUTS, warm: the same fit in a new process that finds its programs in that cache;
+4. nutpie, cold: the PyMC model on the same centred arrays (``MODEL.prepare(runs)``), compiled by
+   ``nutpie.compile_pymc_model`` (numba, empty PyTensor and numba caches) and sampled by
+   ``nutpie.sample(compiled, chains=4, tune=W, draws=S, seed=0, cores=2)`` (nutpie's defaults otherwise:
+   diagonal mass matrix, target acceptance 0.8, its own initialisation);
+5. nutpie from MAP, cold (``--no-nutpie-from-map`` skips it): the same, every chain started at scalinfer's MAP
+   point from step 1 (``initial_points``, no jitter). With its default start, chains can settle in poorer local
+   modes of this posterior (e.g. a large scatter tau_lr of the optimal LRs with a near-linear LR valley), which
+   no amount of sampling speed makes up for; this row separates sampler speed from initialisation;
+6. blackjax, cold (``--no-blackjax`` skips it): scalinfer's MAP, Laplace-scaled coordinates and chain starts,
+   then blackjax's window adaptation (dense mass matrix, target acceptance 0.9, as scalinfer) and NUTS on the
+   NumPyro potential, one chain per CPU device (``jax.pmap``).
+
+Columns: *wall s* is the fit in the process (table preparation, MAP, compilation, sampling; Python imports and
+reading the CSV excluded; the JSON also has each process's wall); *compile s* is, for scalinfer cold, its wall
+minus the warm wall (JAX's own count of XLA compile seconds is in the JSON as ``xla_compile_s``), for the MAP
+and warm rows the XLA compile seconds not served by the cache, for nutpie the model build and
+``compile_pymc_model``, for blackjax the sampler's ``lower().compile()``; *sampling s* is scalinfer's
+``fit.timings["nuts_s"]`` (the Laplace scaling at the mode, warmup and draws; in the cold row it includes
+compiling the NUTS program), nutpie's ``nutpie.sample`` call (warmup and draws), blackjax's compiled run;
+*min bulk ESS* is the least bulk ESS (``arviz_stats.ess``) over every sampled parameter and element (the 27
+scalars and the 3 x 17 per-setting ones; derived quantities excluded), *R-hat max* likewise; *steps/draw* the
+mean leapfrog steps per kept draw (warmup not included).
+
+``ess_per_s_ratio_vs_nutpie`` is (scalinfer warm min bulk ESS / warm NUTS seconds) over (nutpie min bulk ESS /
+nutpie sampling seconds): compilation excluded on both sides. ``cold_wall_ratio_vs_nutpie`` is scalinfer's
+cold wall over nutpie's cold wall (compilation included on both sides). The machine may be shared: the JSON
+records the load average at the start, the end and around each process.
+
+    python benchmarks/fit_speed.py [--warmup 1000 --samples 1000 --chains 4 --cores 2 --no-blackjax]
+
+``--model chinchilla`` (or any other model that simulates from an (N, D) design) times repeated NUTS fits of
+one model to different data of the same shapes instead (what a calibration study, a test suite or a notebook
+does). Each scenario runs in a fresh Python process; all share one new, empty persistent compilation cache:
 
 - process 1: fit table A (cold: nothing compiled yet), then table B in the same process (new data, same
   shapes);
@@ -12,13 +52,10 @@ Tables B and C are A's design re-simulated from the model's `true_params` with o
 fit: wall and CPU seconds, MAP and NUTS seconds, draws per second of the NUTS phase, and the number of XLA
 compilations (and their seconds) that were not persistent-cache hits.
 
-    python benchmarks/fit_speed.py [--data data/simulated_chinchilla.csv --format FORMAT --model chinchilla
-                                    --chains 4 --warmup 500 --samples 500]
+    python benchmarks/fit_speed.py --model chinchilla [--data data/simulated_chinchilla.csv --format FORMAT
+                                                       --chains 4 --warmup 500 --samples 500]
 
-(Tables B and C keep A's N and D and take new losses from the model, so the model must simulate from a design
-of those columns, as ``chinchilla`` does.)
-
-Prints a table, then as its last line one JSON object with the figures.
+Either way, prints a table, then as its last line one JSON object with the figures.
 """
 
 from __future__ import annotations
@@ -29,11 +66,14 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+STEPLAW = ROOT.parent / "shared" / "datasets" / "steplaw" / "dense_runs.csv"
 
-CHILD = r"""
+
+REPEAT_CHILD = r"""
 import json, sys, time
 t_import = time.perf_counter()
 import numpy as np
@@ -87,22 +127,14 @@ print(json.dumps(out))
 
 def run(cache: str, args, seeds: str) -> list[dict]:
     env = {**os.environ, "SCALINFER_CACHE": cache}
-    res = subprocess.run([sys.executable, "-c", CHILD, str(args.data), args.model, str(args.chains),
+    res = subprocess.run([sys.executable, "-c", REPEAT_CHILD, str(args.data), args.model, str(args.chains),
                           str(args.warmup), str(args.samples), seeds, args.format or ""], capture_output=True, text=True, env=env)
     if res.returncode:
         sys.exit(res.stderr)
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", default=str(ROOT / "data" / "simulated_chinchilla.csv"))
-    p.add_argument("--format", default=None, help="the table's format (see scalinfer.load_runs), if not detected")
-    p.add_argument("--model", default="chinchilla")
-    p.add_argument("--chains", type=int, default=4)
-    p.add_argument("--warmup", type=int, default=500)
-    p.add_argument("--samples", type=int, default=500)
-    args = p.parse_args()
+def repeated_fits(args) -> None:
     with tempfile.TemporaryDirectory() as cache:
         first = run(cache, args, "0,1")
         second = run(cache, args, "2")
@@ -116,6 +148,288 @@ def main() -> None:
               f"{r['draws_per_s']:8.0f} {r['compiles']:8d} {r['compile_s']:9.2f} {r['cache_hits']:5d} {r['min_ess_bulk']:7.0f}")
     print(json.dumps({"model": args.model, "chains": args.chains, "warmup": args.warmup, "samples": args.samples,
                       "cold": first[0], "same_process": first[1], "new_process": second[0]}))
+
+
+
+# ---- surface: scalinfer against nutpie --------------------------------------------------------------------
+
+SURFACE_CHILD = r"""
+import json, os, sys, time
+t_process = time.perf_counter()
+mode, data_path, fmt = sys.argv[1], sys.argv[2], sys.argv[3] or None
+chains, warmup, samples, seed = map(int, sys.argv[4:8])
+opt = json.loads(sys.argv[8])
+sys.path.insert(0, opt["bench_dir"])
+import numpy as np
+import scalinfer
+from scalinfer.inference.compiled import CompileLog
+from scalinfer.models.surface import MODEL, SCALARS, SETTING
+
+NAMES = list(SCALARS + SETTING)  # every sampled site of the model
+runs = scalinfer.load_runs(data_path, format=fmt)
+out = {"mode": mode, "n_runs": len(runs), "load_before": os.getloadavg()[0]}
+
+
+def diag(post, divergences, n_draws):
+    # least bulk ESS and largest R-hat over every element of every sampled site (as benchmarks/steplaw_lr._diag)
+    from arviz_stats import ess, rhat
+    ds = post[NAMES]
+    e = [float(np.nanmin(v.values)) for v in ess(ds, sample_dims=["chain", "draw"], method="bulk").data_vars.values()]
+    r = [float(np.nanmax(v.values)) for v in rhat(ds, sample_dims=["chain", "draw"]).data_vars.values()]
+    by = dict(zip(ds.data_vars, e))
+    worst = min(by, key=by.get)
+    return {"ess_bulk_min": min(e), "ess_bulk_min_param": worst, "rhat_max": max(r), "divergences": int(divergences),
+            "draws": int(n_draws)}
+
+
+if mode in ("map", "nuts"):
+    with CompileLog() as log:
+        t0 = time.perf_counter()
+        if mode == "map":
+            f = scalinfer.fit(runs, model="surface", method="map", seed=seed)
+        else:
+            f = scalinfer.fit(runs, model="surface", chains=chains, warmup=warmup, samples=samples, seed=seed)
+        out["wall_s"] = time.perf_counter() - t0
+    out.update({"timings": f.timings, "xla_compiles": log.compiles, "xla_compile_s": log.compile_s,
+                "cache_hits": log.hits})
+    if mode == "nuts":
+        post = f.posterior
+        out["diag"] = diag(post, f.divergences, post.sizes["chain"] * post.sizes["draw"])
+        out["n_steps_mean"] = float(f.tree["sample_stats"]["n_steps"].values.mean())
+    else:
+        params = {k: np.asarray(f.posterior[k].values)[0, 0] for k in NAMES}
+        with open(opt["map_out"], "w") as fh:
+            json.dump({k: v.tolist() for k, v in params.items()}, fh)
+    if mode == "map" and opt.get("check"):
+        import _pymc_surface as P
+        data, const = MODEL.prepare(runs)
+        t0 = time.perf_counter()
+        out["equivalence"] = P.check_equivalence(P.build_model(data, const), MODEL.model,
+                                                 MODEL.model_kwargs(data, const), params)
+        out["equivalence"]["check_s"] = time.perf_counter() - t0
+
+elif mode == "nutpie":
+    import nutpie
+    import pymc  # noqa: F401
+    import _pymc_surface as P
+    t0 = time.perf_counter()
+    data, const = MODEL.prepare(runs)
+    model = P.build_model(data, const)
+    if opt.get("init"):  # start every chain at this point (scalinfer's MAP), not jittered
+        with open(opt["init"]) as fh:
+            start = {k: np.asarray(v, float) for k, v in json.load(fh).items()}
+        compiled = nutpie.compile_pymc_model(model, backend=opt["backend"], initial_points=start, jitter_rvs=set())
+    else:
+        compiled = nutpie.compile_pymc_model(model, backend=opt["backend"])
+    t1 = time.perf_counter()
+    trace = nutpie.sample(compiled, chains=chains, tune=warmup, draws=samples, seed=seed, cores=opt["cores"],
+                          progress_bar=False)
+    t2 = time.perf_counter()
+    out.update({"wall_s": t2 - t0, "compile_s": t1 - t0, "sampling_s": t2 - t1})
+    ss = trace.sample_stats
+    post = trace.posterior.to_dataset()
+    out["diag"] = diag(post, ss["diverging"].values.sum(), post.sizes["chain"] * post.sizes["draw"])
+    out["n_steps_mean"] = float(ss["n_steps"].values.mean())
+    out["max_depth_pct"] = float(100 * ss["maxdepth_reached"].values.mean())
+    out["warmup_n_steps_mean"] = float(trace.warmup_sample_stats["n_steps"].values.mean())
+    # a chain stuck in a poorer mode shows as a lower mean log density
+    out["chain_mean_logp"] = [float(v) for v in ss["logp"].mean("draw").values]
+
+elif mode == "blackjax":
+    from scalinfer.inference.runtime import prepare_runtime
+    prepare_runtime(chains)
+    import jax
+    import blackjax
+    from blackjax.adaptation.base import get_filter_adapt_info_fn
+    from numpyro.infer.util import constrain_fn, potential_energy
+    from scalinfer.inference.fit import _finite_starts, _preconditioner
+    from scalinfer.inference.optimize import find_map, laplace_draws
+    t0 = time.perf_counter()
+    data, const = MODEL.prepare(runs)
+    kw = MODEL.model_kwargs(data, const)
+    # what scalinfer.fit does before NUTS: the mode, Laplace-scaled coordinates, chain starts from the Laplace
+    point = find_map(MODEL.model, kw, MODEL.init_values(data, const), seed=seed)
+    _, flat = laplace_draws(point, chains, seed=seed + 1)
+    z_init = point.unravel(_finite_starts(point, flat))
+    shift, scale = _preconditioner(point)
+    w_init = {k: (np.asarray(v) - shift[k]) / scale[k] for k, v in z_init.items()}
+    affine = lambda w: {k: shift[k] + scale[k] * w[k] for k in w}  # noqa: E731
+    logdensity = lambda w: -potential_energy(MODEL.model, (), kw, affine(w))  # noqa: E731
+    t_prep = time.perf_counter()
+
+    def chain(key, w0):
+        k_warm, k_draw = jax.random.split(key)
+        adapt = blackjax.window_adaptation(blackjax.nuts, logdensity, is_mass_matrix_diagonal=False,
+                                           target_acceptance_rate=0.9, adaptation_info_fn=get_filter_adapt_info_fn())
+        (state, params), _ = adapt.run(k_warm, w0, num_steps=warmup)
+        kernel = blackjax.nuts(logdensity, **params)
+
+        def step(st, k):
+            st, info = kernel.step(k, st)
+            return st, (st.position, info.is_divergent, info.num_integration_steps)
+
+        _, (w, div, n) = jax.lax.scan(step, state, jax.random.split(k_draw, samples))
+        z = jax.vmap(affine)(w)
+        return jax.vmap(lambda v: constrain_fn(MODEL.model, (), kw, v))(z), div, n
+
+    keys = jax.random.split(jax.random.PRNGKey(seed), chains)
+    program = jax.pmap(chain).lower(keys, w_init).compile()
+    t_compile = time.perf_counter()
+    draws, div, n = jax.device_get(program(keys, w_init))
+    t2 = time.perf_counter()
+    out.update({"wall_s": t2 - t0, "prep_s": t_prep - t0, "compile_s": t_compile - t_prep,
+                "sampling_s": t2 - t_compile})
+    from arviz_base import from_dict
+    tree = from_dict({"posterior": {k: np.asarray(v) for k, v in draws.items()}},
+                     dims={k: ["setting"] for k in SETTING})
+    post = tree["posterior"].to_dataset()
+    out["diag"] = diag(post, np.asarray(div).sum(), chains * samples)
+    out["n_steps_mean"] = float(np.asarray(n).mean())
+
+out["load_after"] = os.getloadavg()[0]
+out["process_wall_s"] = time.perf_counter() - t_process
+print(json.dumps(out, default=float))
+"""
+
+
+def _child(mode: str, args, env: dict[str, str], **opt) -> dict:
+    """Run one measurement in a fresh process; its last stdout line is a JSON object."""
+    opt = {"bench_dir": str(Path(__file__).resolve().parent), **opt}
+    print(f"fit_speed: {mode} ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-c", SURFACE_CHILD, mode, str(args.data), args.format or "",
+                          str(args.chains), str(args.warmup), str(args.samples), str(args.seed), json.dumps(opt)],
+                         capture_output=True, text=True, env={**os.environ, **env}, cwd=ROOT)
+    if res.returncode:
+        sys.exit(f"fit_speed: the {mode} process failed:\n{res.stderr[-6000:]}")
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    print(f"fit_speed: {mode} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return out
+
+
+def surface_benchmark(args) -> None:
+    if not Path(args.data).exists():
+        sys.exit(f"dataset not found: {args.data} (the Step Law CSV is read in place, never copied)")
+    load_start = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="fit_speed_") as tmp:
+        def fresh(name: str) -> str:
+            d = Path(tmp) / name
+            d.mkdir()
+            return str(d)
+
+        def pytensor_env(name: str) -> dict[str, str]:  # empty PyTensor compile dir and numba cache
+            return {"PYTENSOR_FLAGS": f"base_compiledir={fresh(name + '_pytensor')}",
+                    "NUMBA_CACHE_DIR": fresh(name + "_numba")}
+
+        map_point = str(Path(tmp) / "map_point.json")
+        mp = _child("map", args, {"SCALINFER_CACHE": fresh("map_cache"), **pytensor_env("check")},
+                    check=not args.no_check, map_out=map_point)
+        nuts_cache = fresh("nuts_cache")
+        cold = _child("nuts", args, {"SCALINFER_CACHE": nuts_cache})
+        warm = _child("nuts", args, {"SCALINFER_CACHE": nuts_cache})
+        npie = _child("nutpie", args, pytensor_env("nutpie"), backend=args.backend, cores=args.cores)
+        npie_map = None if args.no_nutpie_from_map else _child(
+            "nutpie", args, pytensor_env("nutpie_map"), backend=args.backend, cores=args.cores, init=map_point)
+        bj = None if args.no_blackjax else _child("blackjax", args, {"SCALINFER_CACHE": fresh("blackjax_cache")})
+    load_end = os.getloadavg()
+
+    compile_est = cold["wall_s"] - warm["wall_s"]
+    eps = {"warm": warm["diag"]["ess_bulk_min"] / warm["timings"]["nuts_s"],
+           "cold": cold["diag"]["ess_bulk_min"] / cold["timings"]["nuts_s"],
+           "nutpie": npie["diag"]["ess_bulk_min"] / npie["sampling_s"]}
+    rows = [
+        ("scalinfer cold", cold["wall_s"], compile_est, cold["timings"]["nuts_s"], cold["diag"], eps["cold"], cold),
+        ("scalinfer warm", warm["wall_s"], warm["xla_compile_s"], warm["timings"]["nuts_s"], warm["diag"],
+         eps["warm"], warm),
+        ("scalinfer MAP (cold)", mp["wall_s"], mp["xla_compile_s"], None, None, None, mp),
+        ("nutpie cold", npie["wall_s"], npie["compile_s"], npie["sampling_s"], npie["diag"], eps["nutpie"], npie),
+    ]
+    if npie_map:
+        eps["nutpie_from_map"] = npie_map["diag"]["ess_bulk_min"] / npie_map["sampling_s"]
+        rows.append(("nutpie from MAP (cold)", npie_map["wall_s"], npie_map["compile_s"], npie_map["sampling_s"],
+                     npie_map["diag"], eps["nutpie_from_map"], npie_map))
+    if bj:
+        eps["blackjax"] = bj["diag"]["ess_bulk_min"] / bj["sampling_s"]
+        rows.append(("blackjax cold", bj["wall_s"], bj["compile_s"], bj["sampling_s"], bj["diag"], eps["blackjax"], bj))
+
+    print(f"surface on {args.data} ({cold['n_runs']} runs): {args.chains} chains x ({args.warmup} warmup + "
+          f"{args.samples} draws); nutpie cores={args.cores}, backend {args.backend}")
+    print(f"load average at start {load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} "
+          f"(1 / 5 / 15 min) on {os.cpu_count()} CPUs")
+    if "equivalence" in mp:
+        e = mp["equivalence"]
+        print(f"PyMC == NumPyro log density at {e['n_points']} points ({e['n_params']} unconstrained coordinates): "
+              f"offset {max(abs(o) for o in e['offset']):.2g}, differences between points agree to "
+              f"{e['max_rel_err_of_differences']:.1e} (relative), gradients to {e['max_rel_grad_err']:.1e}")
+    head = (f"{'':22s} {'wall s':>8s} {'compile s':>9s} {'sampling s':>10s} {'min bulk ESS':>12s} {'ESS/s':>7s} "
+            f"{'R-hat max':>9s} {'divergences':>11s} {'steps/draw':>10s} {'load':>10s}")
+    print(head)
+    print("-" * len(head))
+    for name, wall, comp, samp, d, rate, r in rows:
+        f = lambda v, fmt: format(v, fmt) if v is not None else "-"  # noqa: E731
+        print(f"{name:22s} {wall:8.1f} {comp:9.1f} {f(samp, '10.1f'):>10s} "
+              f"{f(d and d['ess_bulk_min'], '12.0f'):>12s} {f(rate, '7.2f'):>7s} {f(d and d['rhat_max'], '9.3f'):>9s} "
+              f"{f(d and d['divergences'], '11d'):>11s} {f(r.get('n_steps_mean'), '10.0f'):>10s} "
+              f"{r['load_before']:4.1f}->{r['load_after']:4.1f}")
+    print(f"load average at end {load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f}")
+    print("compile s: scalinfer cold = cold wall - warm wall; MAP and warm = XLA compile s not from the cache; "
+          "nutpie = model build + compile_pymc_model. sampling s: scalinfer = fit.timings['nuts_s'] (cold: "
+          "includes compiling NUTS); nutpie = nutpie.sample. ESS/s = min bulk ESS / sampling s. nutpie from MAP: "
+          "every chain starts at scalinfer's MAP (its wall excludes finding it).")
+    for name, r in (("nutpie", npie), ("nutpie from MAP", npie_map)):
+        if r:
+            print(f"{name}: mean log density per chain {', '.join(f'{v:.0f}' for v in r['chain_mean_logp'])}; "
+                  f"leapfrog steps per warmup iteration {r['warmup_n_steps_mean']:.0f}")
+    report = {
+        "ess_per_s_ratio_vs_nutpie": eps["warm"] / eps["nutpie"],
+        "cold_wall_ratio_vs_nutpie": cold["wall_s"] / npie["wall_s"],
+        "cold_wall_s": cold["wall_s"], "warm_wall_s": warm["wall_s"], "map_wall_s": mp["wall_s"],
+        "compile_s_estimate": compile_est, "xla_compile_s_cold": cold["xla_compile_s"],
+        "ess_per_s": eps, "nutpie_cold_wall_s": npie["wall_s"], "nutpie_compile_s": npie["compile_s"],
+        "nutpie_sampling_s": npie["sampling_s"],
+        "model": "surface", "data": str(args.data), "n_runs": cold["n_runs"], "chains": args.chains,
+        "warmup": args.warmup, "samples": args.samples, "nutpie_cores": args.cores, "nutpie_backend": args.backend,
+        "cpus": os.cpu_count(), "load_start": list(load_start), "load_end": list(load_end),
+        "equivalence": mp.get("equivalence"),
+        "runs": {"scalinfer_cold": cold, "scalinfer_warm": warm, "scalinfer_map": mp, "nutpie_cold": npie,
+                 "nutpie_from_map_cold": npie_map, "blackjax_cold": bj},
+    }
+    if npie_map:
+        report["ess_per_s_ratio_vs_nutpie_from_map"] = eps["warm"] / eps["nutpie_from_map"]
+    if bj:
+        report["ess_per_s_ratio_blackjax_vs_nutpie"] = eps["blackjax"] / eps["nutpie"]
+    print(json.dumps(report, default=float))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="surface",
+                   help="surface (default): scalinfer against nutpie; any other: repeated fits of that model")
+    p.add_argument("--data", default=None, help="the run table (default: Step Law's dense runs for surface, "
+                   "data/simulated_chinchilla.csv otherwise)")
+    p.add_argument("--format", default=None, help="the table's format (see scalinfer.load_runs), if not detected")
+    p.add_argument("--chains", type=int, default=4)
+    p.add_argument("--warmup", type=int, default=None, help="warmup (tune) per chain (surface 1000, else 500)")
+    p.add_argument("--samples", type=int, default=None, help="draws per chain (surface 1000, else 500)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cores", type=int, default=2, help="nutpie's cores (surface)")
+    p.add_argument("--backend", default="numba", choices=("numba", "jax"), help="nutpie's backend (surface)")
+    p.add_argument("--no-blackjax", action="store_true", help="skip the blackjax row (surface)")
+    p.add_argument("--no-nutpie-from-map", action="store_true",
+                   help="skip the nutpie row that starts every chain at scalinfer's MAP (surface)")
+    p.add_argument("--no-check", action="store_true", help="skip the PyMC/NumPyro log-density check (surface)")
+    args = p.parse_args()
+    surface = args.model == "surface"
+    default_size = 1000 if surface else 500
+    args.warmup = default_size if args.warmup is None else args.warmup
+    args.samples = default_size if args.samples is None else args.samples
+    if surface:
+        args.data = args.data or str(STEPLAW)
+        args.format = args.format or "steplaw"
+        surface_benchmark(args)
+    else:
+        args.data = args.data or str(ROOT / "data" / "simulated_chinchilla.csv")
+        repeated_fits(args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,168 @@
+"""The ``surface`` model (scalinfer/models/surface.py) written in PyMC, for the nutpie comparison of
+benchmarks/fit_speed.py (issue #8).
+
+It takes the arrays and constants of ``scalinfer.models.surface.MODEL.prepare(runs)``, so both models see the
+same centred data, and repeats the NumPyro model term by term:
+
+- the same priors, under the same names; the unconstrained coordinates are the same too (HalfNormal and
+  Gamma: log; Beta: log-odds in PyMC, sigmoid in NumPyro), so the two log densities, Jacobians included, are
+  equal up to floating point at any point (`check_equivalence` asserts it);
+- non-centered offsets ``eps_lr``, ``eps_b`` and centered loss levels ``ell`` per setting;
+- the valleys `_valley` (smooth, asymmetric, exponent p = 0.5 + 3.5 p_unit) and the ridge, as in
+  `surface_at`;
+- converged runs: Student-t(nu, mu, sigma0 + sigma1 * excess) on the log loss;
+- censored (diverged) runs: log Phi((mu - log_level) / scale), a `pm.Potential` with PyMC's stable normal
+  log-CDF (`normal_lcdf`: erfcx below z = -1). NumPyro writes the same term as a Bernoulli(logits = log Phi(z)
+  - log Phi(-z)) observed at 1, whose log probability is log Phi(z).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+P_MIN, P_SPAN = 0.5, 3.5  # as scalinfer.models.surface._P_MIN, _P_SPAN
+
+
+def _valley(pt, offset, log_c, delta, p):
+    """scalinfer.models.surface._valley in PyTensor."""
+    log_curv = pt.switch(pt.lt(offset, 0.0), log_c - delta, log_c + delta)
+    return pt.exp(log_curv) * (2.0 / p) * pt.expm1(0.5 * p * pt.log1p(offset * offset))
+
+
+def build_model(data: dict[str, np.ndarray], constants: dict[str, float]):
+    """The PyMC model of ``surface`` on `data`, `constants` from ``MODEL.prepare(runs)``."""
+    import pymc as pm
+    import pytensor.tensor as pt
+    from pymc.distributions.dist_math import normal_lcdf
+
+    h_N, h_D = float(constants["h_N"]), float(constants["h_D"])
+    n_s, d_s = np.asarray(data["n_s"], float), np.asarray(data["d_s"], float)
+    S = n_s.shape[0]
+    with pm.Model(coords={"setting": np.arange(S)}) as model:
+        a0 = pm.Normal("a0", 0.0, 1.5)
+        b0 = pm.Normal("b0", 0.0, 1.5)
+        a_N = pm.Normal("a_N", 0.0, h_N)
+        a_D = pm.Normal("a_D", 0.0, h_D)
+        b_N = pm.Normal("b_N", 0.0, h_N)
+        b_D = pm.Normal("b_D", 0.0, h_D)
+        kappa1 = pm.Normal("kappa1", 0.5, 0.5)
+        kappa2 = pm.Normal("kappa2", 0.0, 0.5)
+        g0 = pm.Normal("g0", 0.0, 0.2)
+        g_N = pm.Normal("g_N", 0.0, 0.3 * h_N)
+        g_D = pm.Normal("g_D", 0.0, 0.3 * h_D)
+        c: dict[str, Any] = {}
+        for v in ("lr", "b"):
+            c[f"c_{v}0"] = pm.Normal(f"c_{v}0", -4.0, 1.5)
+            c[f"c_{v}_N"] = pm.Normal(f"c_{v}_N", 0.0, h_N)
+            c[f"c_{v}_D"] = pm.Normal(f"c_{v}_D", 0.0, h_D)
+            c[f"delta_{v}"] = pm.Normal(f"delta_{v}", 0.0, 1.0)
+            c[f"p_{v}_unit"] = pm.Beta(f"p_{v}_unit", 3.0, 3.0)
+        tau_lr = pm.HalfNormal("tau_lr", 0.3)
+        tau_b = pm.HalfNormal("tau_b", 0.3)
+        tau_loss = pm.HalfNormal("tau_loss", 0.02)
+        sigma0 = pm.HalfNormal("sigma0", 0.02)
+        sigma1 = pm.HalfNormal("sigma1", 0.5)
+        nu = pm.Gamma("nu", alpha=2.0, beta=0.1)
+
+        # the population laws at each setting (scalinfer.models.surface.laws)
+        law_x = a0 + a_N * n_s + a_D * d_s
+        law_z = b0 + b_N * n_s + b_D * d_s
+        law_ell = g0 + g_N * n_s + g_D * d_s
+        log_c_lr = c["c_lr0"] + c["c_lr_N"] * n_s + c["c_lr_D"] * d_s
+        log_c_b = c["c_b0"] + c["c_b_N"] * n_s + c["c_b_D"] * d_s
+
+        eps_lr = pm.Normal("eps_lr", 0.0, 1.0, dims="setting")
+        eps_b = pm.Normal("eps_b", 0.0, 1.0, dims="setting")
+        ell = pm.Normal("ell", law_ell, tau_loss, dims="setting")
+        x_star = law_x + tau_lr * eps_lr
+        z_star = law_z + tau_b * eps_b
+        p_lr = P_MIN + P_SPAN * c["p_lr_unit"]
+        p_b = P_MIN + P_SPAN * c["p_b_unit"]
+
+        def surface(s, x, z):
+            """(mean log loss - m_y, excess) at runs (x, z) of settings s (scalinfer's surface_terms)."""
+            s = pt.as_tensor_variable(np.asarray(s, dtype=np.int64))
+            dz = np.asarray(z, float) - z_star[s]
+            u = np.asarray(x, float) - (x_star[s] + kappa1 * dz + 0.5 * kappa2 * dz * dz)
+            excess = (_valley(pt, u, log_c_lr[s], c["delta_lr"], p_lr)
+                      + _valley(pt, dz, log_c_b[s], c["delta_b"], p_b))
+            return ell[s] + excess, excess
+
+        mu, excess = surface(data["s_obs"], data["x_obs"], data["z_obs"])
+        pm.StudentT("obs", nu=nu, mu=mu, sigma=sigma0 + sigma1 * excess, observed=np.asarray(data["log_loss"], float))
+        if data.get("x_cens") is not None and len(data["x_cens"]) > 0:
+            mu_c, excess_c = surface(data["s_cens"], data["x_cens"], data["z_cens"])
+            zc = (mu_c - np.asarray(data["log_level"], float)) / (sigma0 + sigma1 * excess_c)
+            pm.Potential("obs_censored", pt.sum(normal_lcdf(0.0, 1.0, zc)))
+    return model
+
+
+def check_equivalence(pymc_model, numpyro_model, model_kwargs: dict[str, Any], params: dict[str, np.ndarray],
+                      n_points: int = 3, jitter: float = 0.05, seed: int = 0, rtol: float = 1e-8) -> dict[str, Any]:
+    """Evaluate both log densities (unconstrained space, Jacobians included) and their gradients at `params`
+    (constrained values, e.g. scalinfer's MAP) and at `n_points - 1` points jittered around it in the
+    unconstrained space; assert that they agree up to one constant (the differences between points agree), and
+    that the gradients agree. Returns the figures."""
+    import jax
+    import jax.numpy as jnp
+    from numpyro.infer.util import potential_energy, unconstrain_fn
+
+    z0 = {k: np.asarray(v, float) for k, v in unconstrain_fn(numpyro_model, (), model_kwargs, params).items()}
+    names = [rv.name for rv in pymc_model.free_RVs]
+    if set(names) != set(z0):
+        raise AssertionError(f"different parameters: only PyMC {set(names) - set(z0)}, only NumPyro "
+                             f"{set(z0) - set(names)}")
+    values = [pymc_model.rvs_to_values[rv] for rv in pymc_model.free_RVs]
+    logp = pymc_model.compile_logp(jacobian=True)
+    dlogp = pymc_model.compile_dlogp(jacobian=True)  # gradient in the order of pymc_model.value_vars
+    order = [v.name for v in pymc_model.value_vars]
+    by_value = {pymc_model.rvs_to_values[rv].name: rv.name for rv in pymc_model.free_RVs}
+
+    def np_logp(z):
+        return -potential_energy(numpyro_model, (), model_kwargs, z)
+
+    np_logp_jit = jax.jit(np_logp)
+    np_grad = jax.jit(jax.grad(np_logp))
+    rng = np.random.default_rng(seed)
+    points = [z0] + [{k: v + jitter * rng.standard_normal(v.shape) for k, v in z0.items()}
+                     for _ in range(n_points - 1)]
+    # the unconstrained coordinates are the same transforms in both: check by mapping PyMC's back
+    for rv, val in zip(pymc_model.free_RVs, values):
+        tr = pymc_model.rvs_to_transforms.get(rv)
+        if tr is not None:
+            back = np.asarray(tr.backward(pt_const(z0[rv.name]), *rv.owner.inputs).eval())
+            if not np.allclose(back, params[rv.name], rtol=1e-10, atol=1e-12):
+                raise AssertionError(f"{rv.name}: PyMC's transform {type(tr).__name__} is not NumPyro's")
+    lp_pymc, lp_numpyro, gerr, gscale = [], [], [], []
+    for z in points:
+        pt_point = {val.name: z[rv.name] for rv, val in zip(pymc_model.free_RVs, values)}
+        lp_pymc.append(float(logp(pt_point)))
+        lp_numpyro.append(float(np_logp_jit({k: jnp.asarray(v) for k, v in z.items()})))
+        g_pm = np.asarray(dlogp(pt_point))
+        g_np_tree = np_grad({k: jnp.asarray(v) for k, v in z.items()})
+        g_np = np.concatenate([np.ravel(np.asarray(g_np_tree[by_value[n]])) for n in order])
+        gerr.append(float(np.max(np.abs(g_pm - g_np))))
+        gscale.append(float(np.max(np.abs(g_np))))
+    # relative to the largest gradient met: at the mode the gradient is ~0 and each side's is the rounding
+    # error of sums of terms of size 1/scale^2 (1e6 and more for the loss levels)
+    grad_err = max(gerr) / max(1.0, max(gscale))
+    lp_pymc, lp_numpyro = np.array(lp_pymc), np.array(lp_numpyro)
+    offset = lp_pymc - lp_numpyro
+    d_pymc, d_numpyro = lp_pymc[1:] - lp_pymc[0], lp_numpyro[1:] - lp_numpyro[0]
+    scale = max(1.0, float(np.max(np.abs(lp_numpyro))))
+    diff_err = float(np.max(np.abs(d_pymc - d_numpyro)) / scale) if n_points > 1 else 0.0
+    out = {"logp_pymc": lp_pymc.tolist(), "logp_numpyro": lp_numpyro.tolist(),
+           "offset": offset.tolist(), "max_rel_err_of_differences": diff_err, "max_rel_grad_err": grad_err,
+           "max_abs_grad_err": max(gerr), "max_abs_grad": max(gscale),
+           "n_points": n_points, "n_params": int(sum(np.size(v) for v in z0.values()))}
+    if not (diff_err < rtol and grad_err < 1e-8):
+        raise AssertionError(f"PyMC and NumPyro log densities differ: {out}")
+    return out
+
+
+def pt_const(x):
+    import pytensor.tensor as pt
+
+    return pt.as_tensor_variable(np.asarray(x, float))
