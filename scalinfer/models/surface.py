@@ -82,7 +82,7 @@ Priors (weakly informative on the scales involved; x, z, y in natural-log units)
 - ``c0 ~ Normal(-4, 1.5)`` for both valleys: log loss rises by e^-4 ~ 2% per squared log unit away from the
   optimum (Step Law: 0.5-5%); sd 1.5 spans 0.1%-40%. ``c_N, c_D ~ Normal(0, h)``: natural slopes N(0, 1).
   ``delta ~ Normal(0, 1)``: curvature ratio above/below e^{2 delta}, 90% prior within 1/27-27.
-- ``p ~ 1 + 3 Beta(3, 3)``: valley exponents in (1, 4), centred on the quadratic 2.5 +- 0.6.
+- ``p ~ 0.5 + 3.5 Beta(3, 3)``: valley exponents in (0.5, 4), mean 2.25, sd 0.66 (the quadratic is 2).
 - ``tau_eta, tau_B ~ HalfNormal(0.3)``: settings scatter around the LR and batch laws by tens of percent
   (Step Law's grid step is sqrt 2, i.e. 0.35 in log). ``tau_L ~ HalfNormal(0.02)``: around the loss law by
   about a percent.
