@@ -193,7 +193,6 @@ def valley_figure(fit, axis: str = "lr", ncols: int = 4, ci: tuple[float, ...] =
     axes = np.atleast_1d(axes).ravel()
     x_ok, z_ok, y_ok, s_ok = data["x_obs"], data["z_obs"], data["log_loss"], data["s_obs"]
     x_dv, z_dv, s_dv = data.get("x_cens", np.zeros(0)), data.get("z_cens", np.zeros(0)), data.get("s_cens", np.zeros(0, int))
-    lvl = data.get("log_level", np.zeros(0))
     for s in range(S):
         ax = axes[s]
         mine = s_ok == s
