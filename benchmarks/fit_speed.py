@@ -196,6 +196,7 @@ if mode in ("map", "nuts"):
         post = f.posterior
         out["diag"] = diag(post, f.divergences, post.sizes["chain"] * post.sizes["draw"])
         out["n_steps_mean"] = float(f.tree["sample_stats"]["n_steps"].values.mean())
+        out["warmup_n_steps_mean"] = f.attrs["warmup_leapfrog_steps"] / (chains * max(warmup, 1))
     else:
         params = {k: np.asarray(f.posterior[k].values)[0, 0] for k in NAMES}
         with open(opt["map_out"], "w") as fh:
@@ -250,10 +251,11 @@ elif mode == "blackjax":
     # what scalinfer.fit does before NUTS: the mode, Laplace-scaled coordinates, chain starts from the Laplace
     point = find_map(MODEL.model, kw, MODEL.init_values(data, const), seed=seed)
     _, flat = laplace_draws(point, chains, seed=seed + 1)
-    z_init = point.unravel(_finite_starts(point, flat))
-    shift, scale = _preconditioner(point)
-    w_init = {k: (np.asarray(v) - shift[k]) / scale[k] for k, v in z_init.items()}
-    affine = lambda w: {k: shift[k] + scale[k] * w[k] for k in w}  # noqa: E731
+    from jax.flatten_util import ravel_pytree
+    _, unravel = ravel_pytree(point.z)
+    mean, scale = _preconditioner(point)
+    w_init = (np.asarray(_finite_starts(point, flat)) - mean) / scale
+    affine = lambda w: unravel(mean + scale * w)  # noqa: E731
     logdensity = lambda w: -potential_energy(MODEL.model, (), kw, affine(w))  # noqa: E731
     t_prep = time.perf_counter()
 
@@ -376,8 +378,10 @@ def surface_benchmark(args) -> None:
           "nutpie = model build + compile_pymc_model. sampling s: scalinfer = fit.timings['nuts_s'] (cold: "
           "includes compiling NUTS); nutpie = nutpie.sample. ESS/s = min bulk ESS / sampling s. nutpie from MAP: "
           "every chain starts at scalinfer's MAP (its wall excludes finding it).")
-    for name, r in (("nutpie", npie), ("nutpie from MAP", npie_map)):
-        if r:
+    for name, r in (("scalinfer warm", warm), ("nutpie", npie), ("nutpie from MAP", npie_map)):
+        if r and "chain_mean_logp" not in r:
+            print(f"{name}: leapfrog steps per warmup iteration {r['warmup_n_steps_mean']:.0f}")
+        elif r:
             print(f"{name}: mean log density per chain {', '.join(f'{v:.0f}' for v in r['chain_mean_logp'])}; "
                   f"leapfrog steps per warmup iteration {r['warmup_n_steps_mean']:.0f}")
     report = {

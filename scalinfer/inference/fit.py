@@ -33,6 +33,13 @@ FILE_FORMAT = "scalinfer.fit/1"
 METHODS = ("nuts", "map", "laplace", "bootstrap")
 #: thresholds of the diagnostics that `Fit.warnings` reports
 RHAT_MAX, ESS_MIN = 1.01, 400
+#: NUTS's tree depth cap in warmup. Early warmup runs on a mass matrix not yet adapted, where NUTS builds its
+#: longest trees: on Step Law's surface (4 x 1,000 warmup) the first 250 iterations took ~400 leapfrog steps
+#: each and the rest 18, so 85% of the fit's gradients went to iterations whose only use is to feed the step
+#: size and the first mass-matrix windows. Capped at 63 steps, those iterations still move the chain and
+#: still give the windows their draws: NUTS took 36 s instead of 67 s, with the same 15 steps per draw after
+#: warmup and a higher minimum bulk ESS (2,391 against 1,618).
+WARMUP_TREE_DEPTH = 6
 
 
 def _log(msg: str, quiet: bool) -> None:
@@ -41,8 +48,9 @@ def _log(msg: str, quiet: bool) -> None:
 
 
 def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = None, chains: int = 4,
-        warmup: int = 500, samples: int = 500, seed: int = 0, dense_mass: bool | None = None,
-        target_accept: float = 0.9, quiet: bool = True, **options: Any) -> Fit:
+        warmup: int = 500, samples: int = 500, seed: int = 0, adapt: str = "dense",
+        target_accept: float = 0.9, warmup_tree_depth: int = WARMUP_TREE_DEPTH, quiet: bool = True,
+        **options: Any) -> Fit:
     """Fit `model` to `runs` and return a `Fit`.
 
     Parameters
@@ -53,7 +61,8 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         (Gaussian around the mode: fast, approximate intervals) or the model's own (``classic``: bootstrap).
     chains, warmup, samples : NUTS settings (``samples`` draws per chain after ``warmup``).
     seed : everything random follows from it.
-    dense_mass : dense mass matrix (default: the model's preference).
+    adapt : mass-matrix adaptation in NUTS's warmup (on coordinates scaled by the Laplace standard
+        deviations at the mode): ``"dense"`` (default), ``"diag"`` or ``"none"``.
     options : passed to the model's constructor-free settings (e.g. ``n_kind``), if it takes any.
     """
     prepare_runtime(chains)
@@ -102,24 +111,31 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         flat = z0[None] + 0.05 * np.random.default_rng(seed).normal(size=(chains, z0.shape[0]))
     flat = _finite_starts(point, flat)
     init = point.unravel(flat)
-    dense = getattr(m, "dense_mass", True) if dense_mass is None else dense_mass
     _log(f"{m.name}: NUTS, {chains} chains x ({warmup} warmup + {samples} draws)", quiet)
     t1 = time.perf_counter()
-    shift, scale = _preconditioner(point)
+    mean, scale = _preconditioner(point)
     draws, stats = run_nuts(m.model, kwargs, init, chains=chains, warmup=warmup, samples=samples, seed=seed,
-                            dense_mass=dense, target_accept=target_accept, chain_method=chain_method_for(chains),
-                            shift=shift, scale=scale)
+                            adapt=adapt, target_accept=target_accept, warmup_tree_depth=warmup_tree_depth,
+                            chain_method=chain_method_for(chains), mean=mean, scale=scale)
     t_nuts = time.perf_counter() - t1
+    warm = {k: stats.pop(k) for k in ("warmup_num_steps", "warmup_step_size")}
+    extra["warmup_leapfrog_steps"] = int(warm["warmup_num_steps"].sum())
     _log(f"{m.name}: NUTS took {t_nuts:.1f} s", quiet)
     tree = _to_tree(m, runs, data, constants, draws, stats, kwargs, method, extra)
     return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map, "nuts_s": t_nuts})
 
 
-def _preconditioner(point) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(mode, per-coordinate scale) of the unconstrained posterior, site by site, for NUTS to run on
+def _preconditioner(point) -> tuple[np.ndarray, np.ndarray]:
+    """(mode, per-coordinate scale) of the unconstrained posterior, flat, for NUTS to run on
     w = (z - mode) / scale (see `run_nuts`): the Laplace standard deviations, or 1/sqrt(diagonal curvature)
     where the Hessian at the mode is not positive definite (a saddle of a hierarchical joint density),
-    clipped to [1e-8, 10]."""
+    clipped to [1e-8, 10].
+
+    Only the scales are taken, not the Laplace correlations: at the joint mode of a hierarchical model the
+    Gaussian is a poor guide to the posterior's shape. On Step Law's table the posterior mean of tau_lr lies
+    19 Laplace standard deviations from the mode and the posterior covariance, in coordinates whitened by the
+    full Laplace covariance, has eigenvalues from 0.003 to 500: NUTS on those coordinates took 260 leapfrog
+    steps per draw, against 15 with per-coordinate scales and a dense mass matrix adapted in warmup."""
     from scalinfer.inference.optimize import curvature
 
     z0 = point.flat
@@ -133,7 +149,7 @@ def _preconditioner(point) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]
             sd = 1.0 / np.sqrt(np.maximum(np.abs(np.diag(hess)), 1e-2))
     if sd is None or not np.all(np.isfinite(sd)):
         sd = np.ones_like(z0)
-    return point.unravel(z0), point.unravel(np.clip(sd, 1e-8, 10.0))
+    return z0, np.clip(sd, 1e-8, 10.0)
 
 
 def _finite_starts(point, flat: np.ndarray) -> np.ndarray:

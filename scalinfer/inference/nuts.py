@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.flatten_util import ravel_pytree
 from numpyro.infer.hmc import hmc
 from numpyro.infer.util import constrain_fn, potential_energy
 
@@ -39,31 +40,36 @@ __all__ = ["run_nuts", "STAT_FIELDS"]
 
 #: the per-draw statistics collected, as NumPyro's `MCMC.get_extra_fields` names them
 STAT_FIELDS = ("diverging", "num_steps", "accept_prob", "energy")
+_RESERVED = ("_mean", "_scale", "_z_like")
+#: mass-matrix adaptation during warmup, on the scaled coordinates w
+ADAPT = ("dense", "diag", "none")
 
 
-def _affine(shift, scale, w):
-    """z = shift + scale * w, site by site: NUTS runs on w (see `run_nuts`)."""
-    return {k: shift[k] + scale[k] * w[k] for k in w}
+def _to_z(mean, scale, z_like):
+    """w -> z, a dict like `z_like`: the flat unconstrained vector is mean + scale * w (see `run_nuts`)."""
+    _, unravel = ravel_pytree(z_like)
+    return lambda w: unravel(mean + scale * w)
 
 
-def _potential_fn_gen(model_fn: Callable, static: tuple):
-    def gen(*args, _shift, _scale, **dyn):
+def _potential_fn_gen(model_fn, static: tuple):
+    def gen(*args, _mean, _scale, _z_like, **dyn):
         kwargs = join_kwargs(dyn, static)
-        return lambda w: potential_energy(model_fn, args, kwargs, _affine(_shift, _scale, w))
+        to_z = _to_z(_mean, _scale, _z_like)
+        return lambda w: potential_energy(model_fn, args, kwargs, to_z(w))
     return gen
 
 
-def _chain_fn(model_fn, static, warmup: int, samples: int, dense_mass: bool, target_accept: float,
+def _chain_fn(model_fn, static, warmup: int, samples: int, adapt: str, target_accept: float,
               max_tree_depth: int):
-    """One chain: (rng_key, init z, data) -> (constrained draws (samples, ...), stats (samples,))."""
+    """One chain: (rng_key, init w, data) -> (constrained draws (samples, ...), stats (samples,))."""
     init_kernel, sample_kernel = hmc(potential_fn_gen=_potential_fn_gen(model_fn, static), algo="NUTS")
 
-    def scalinfer_nuts(rng_key, init_z, dyn):
+    def scalinfer_nuts(rng_key, init_w, dyn):
         # as numpyro.infer.HMC.init: one split for the (unused here) model initialisation
         rng_key, _ = jax.random.split(rng_key)
         state = init_kernel(
-            init_z, num_warmup=warmup, step_size=1.0, inverse_mass_matrix=None, adapt_step_size=True,
-            adapt_mass_matrix=True, dense_mass=[tuple(sorted(init_z))] if dense_mass else [],
+            init_w, num_warmup=warmup, step_size=1.0, inverse_mass_matrix=None, adapt_step_size=True,
+            adapt_mass_matrix=adapt != "none", dense_mass=adapt == "dense",
             target_accept_prob=target_accept, num_steps=None, trajectory_length=None,
             max_tree_depth=max_tree_depth, find_heuristic_step_size=False, forward_mode_differentiation=False,
             regularize_mass_matrix=True, model_kwargs=dyn, rng_key=rng_key)
@@ -75,62 +81,74 @@ def _chain_fn(model_fn, static, warmup: int, samples: int, dense_mass: bool, tar
             return s.z, {f: getattr(s, f) for f in STAT_FIELDS}
 
         buffers = jax.tree.map(lambda x: jnp.zeros((samples,) + jnp.shape(x), jnp.result_type(x)), collect(state))
+        # warmup's tree sizes and step sizes, per iteration (what warmup cost, and how it adapted)
+        warm = {"num_steps": jnp.zeros(max(warmup, 1), jnp.result_type(state.num_steps)),
+                "step_size": jnp.zeros(max(warmup, 1), jnp.result_type(float))}
 
         def step(i, carry):
-            s, bufs = carry
+            s, bufs, warm = carry
             s = sample_kernel(s, model_kwargs=dyn)
             j = jnp.maximum(i - warmup, 0)
-            return s, jax.tree.map(lambda b, x: lax.dynamic_update_index_in_dim(b, x, j, 0), bufs, collect(s))
+            bufs = jax.tree.map(lambda b, x: lax.dynamic_update_index_in_dim(b, x, j, 0), bufs, collect(s))
+            k = jnp.minimum(i, max(warmup, 1) - 1)
+            warm = {"num_steps": warm["num_steps"].at[k].set(jnp.where(i < warmup, s.num_steps, warm["num_steps"][k])),
+                    "step_size": warm["step_size"].at[k].set(jnp.where(i < warmup, s.adapt_state.step_size,
+                                                                       warm["step_size"][k]))}
+            return s, bufs, warm
 
-        _, (w, stats) = lax.fori_loop(0, warmup + samples, step, (state, buffers))
-        data = {k: v for k, v in dyn.items() if k not in ("_shift", "_scale")}
+        _, (w, stats), warm = lax.fori_loop(0, warmup + samples, step, (state, buffers, warm))
+        data = {k: v for k, v in dyn.items() if k not in _RESERVED}
         kwargs = join_kwargs(data, static)
-        z = jax.vmap(lambda v: _affine(dyn["_shift"], dyn["_scale"], v))(w)
-        draws = jax.vmap(lambda v: constrain_fn(model_fn, (), kwargs, v, return_deterministic=True))(z)
-        return draws, stats
+        to_z = _to_z(dyn["_mean"], dyn["_scale"], dyn["_z_like"])
+        draws = jax.vmap(lambda v: constrain_fn(model_fn, (), kwargs, to_z(v), return_deterministic=True))(w)
+        return draws, {**stats, **{f"warmup_{k}": v[:warmup] for k, v in warm.items()}}
 
     return scalinfer_nuts
 
 
 @program
-def _nuts_program(model_fn, static, warmup, samples, dense_mass, target_accept, max_tree_depth, chains, parallel):
+def _nuts_program(model_fn, static, warmup, samples, adapt, target_accept, max_tree_depth, chains, parallel):
     """The compiled program: one chain (`jax.jit`), or `chains` chains on as many devices. The parallel form is
     what `jax.pmap(chain, in_axes=(0, 0, None))` is in this JAX (a `jit` of a `shard_map` over a mesh of the
     devices), written out so that the program keeps its name in JAX's compile logs and cache."""
-    fn = _chain_fn(model_fn, static, warmup, samples, dense_mass, target_accept, max_tree_depth)
+    fn = _chain_fn(model_fn, static, warmup, samples, adapt, target_accept, max_tree_depth)
     if not parallel:
         return jax.jit(fn)
     from jax.sharding import Mesh, PartitionSpec
 
     mesh = Mesh(np.array(jax.local_devices()[:chains]), ("chain",))
 
-    def one_chain_per_device(keys, init_z, dyn):
-        out = fn(keys[0], jax.tree.map(lambda x: x[0], init_z), dyn)
+    def one_chain_per_device(keys, init_w, dyn):
+        out = fn(keys[0], init_w[0], dyn)
         return jax.tree.map(lambda x: x[None], out)
 
-    def scalinfer_nuts_chains(keys, init_z, dyn):
+    def scalinfer_nuts_chains(keys, init_w, dyn):
         chain, everywhere = PartitionSpec("chain"), PartitionSpec()
         return jax.shard_map(one_chain_per_device, mesh=mesh, in_specs=(chain, chain, everywhere),
-                             out_specs=chain, check_vma=False)(keys, init_z, dyn)
+                             out_specs=chain, check_vma=False)(keys, init_w, dyn)
 
     return jax.jit(scalinfer_nuts_chains)
 
 
 def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict[str, Any], *, chains: int,
-             warmup: int, samples: int, seed: int = 0, dense_mass: bool = True, target_accept: float = 0.8,
-             max_tree_depth: int = 10, chain_method: str = "parallel", shift: dict[str, Any] | None = None,
-             scale: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+             warmup: int, samples: int, seed: int = 0, adapt: str = "dense", target_accept: float = 0.8,
+             max_tree_depth: int = 10, warmup_tree_depth: int | None = None, chain_method: str = "parallel",
+             mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Run NUTS on `model_fn` with `model_kwargs` as data.
 
     Parameters
     ----------
     init_params : unconstrained starting values, name -> array with a leading axis of size `chains`.
-    shift, scale : NUTS runs on w = (z - shift) / scale (site by site, like ``init_params`` without the chain
-        axis; default 0 and 1). With the mode and the Laplace standard deviations every coordinate is O(1) in
-        the posterior. That matters because NumPyro's (Stan's) mass-matrix adaptation shrinks its estimate
-        toward 1e-3 times the identity: for a parameter of posterior sd 1e-4 (a setting's log loss on smoothed
-        curves) that is a 10^4-fold error in its variance, which forces tiny steps at maximum tree depth.
-        The scaling is an argument of the program, like the data.
+    mean, scale : NUTS runs on w, where the flat unconstrained vector (in the order of
+        `jax.flatten_util.ravel_pytree` of one chain's ``init_params``) is z = mean + scale * w (default 0 and
+        1). With the mode and the Laplace standard deviations every coordinate is O(1) in the posterior. That
+        matters because NumPyro's (Stan's) mass-matrix adaptation shrinks its estimate toward 1e-3 times the
+        identity: for a parameter of posterior sd 1e-4 (a setting's log loss on smoothed curves) that is a
+        10^4-fold error in its variance, which forces tiny steps at maximum tree depth. The scaling is an
+        argument of the program, like the data.
+    adapt : mass-matrix adaptation during warmup (`ADAPT`): ``"dense"``, ``"diag"`` or ``"none"`` (identity
+        on w; the step size is always adapted).
+    max_tree_depth, warmup_tree_depth : NUTS's tree depth caps after and during warmup (default: the same).
     chain_method : ``"parallel"`` (one device per chain, `jax.pmap`) or ``"sequential"`` (the chains one
         after another through one compiled single-chain program); see `runtime.chain_method_for`.
 
@@ -138,32 +156,40 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     -------
     (draws, stats): constrained draws (sampled and deterministic sites) name -> (chains, samples, ...), and
     `STAT_FIELDS` name -> (chains, samples), as NumPyro's ``get_samples(group_by_chain=True)`` and
-    ``get_extra_fields(group_by_chain=True)``.
+    ``get_extra_fields(group_by_chain=True)``, plus ``warmup_num_steps`` and ``warmup_step_size``
+    (chains, warmup): each warmup iteration's leapfrog steps and the step size it ran with.
     """
+    if adapt not in ADAPT:
+        raise ValueError(f"adapt must be one of {ADAPT}, got {adapt!r}")
     dyn, static = split_kwargs(model_kwargs)
-    if {"_shift", "_scale"} & set(dyn):
-        raise ValueError("model arguments named _shift or _scale are reserved by the NUTS driver")
-    init = jax.tree.map(lambda x: np.asarray(x, dtype=jnp.result_type(float)), dict(init_params))
+    if set(_RESERVED) & set(dyn):
+        raise ValueError(f"model arguments named {', '.join(_RESERVED)} are reserved by the NUTS driver")
     ftype = jnp.result_type(float)
-    shift = {k: np.asarray(shift[k] if shift else np.zeros(np.shape(v)[1:]), ftype) for k, v in init.items()}
-    scale = {k: np.asarray(scale[k] if scale else np.ones(np.shape(v)[1:]), ftype) for k, v in init.items()}
-    init = {k: (v - shift[k]) / scale[k] for k, v in init.items()}
-    dyn = {**dyn, "_shift": shift, "_scale": scale}
+    init = jax.tree.map(lambda x: np.asarray(x, dtype=ftype), dict(init_params))
     lead = {np.shape(v)[0] for v in jax.tree_util.tree_leaves(init)}
     if lead != {chains}:
         raise ValueError(f"init_params must have a leading axis of size chains={chains}, got {sorted(lead)}")
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    z_like = jax.tree.map(lambda x: x[0], init)
+    flat = np.stack([np.asarray(ravel_pytree(jax.tree.map(lambda x: x[c], init))[0]) for c in range(chains)])
+    dim = flat.shape[1]
+    mean = np.zeros(dim, ftype) if mean is None else np.asarray(mean, ftype)
+    scale = np.ones(dim, ftype) if scale is None else np.asarray(scale, ftype)
+    if mean.shape != (dim,) or scale.shape != (dim,):
+        raise ValueError(f"mean and scale must have shape ({dim},), got {mean.shape} and {scale.shape}")
+    init_w = (flat - mean) / scale
+    dyn = {**dyn, "_mean": mean, "_scale": scale, "_z_like": z_like}
     key = jax.random.PRNGKey(seed)
     # as numpyro.infer.MCMC.run: one key per chain when there are several
     keys = jax.random.split(key, chains) if chains > 1 else key[None]
     parallel = chain_method == "parallel" and chains > 1
-    if samples < 1:
-        raise ValueError(f"samples must be at least 1, got {samples}")
-    run = _nuts_program(model_fn, static, int(warmup), int(samples), bool(dense_mass), float(target_accept),
-                        int(max_tree_depth), int(chains), parallel)
+    depth = (int(warmup_tree_depth if warmup_tree_depth is not None else max_tree_depth), int(max_tree_depth))
+    run = _nuts_program(model_fn, static, int(warmup), int(samples), adapt, float(target_accept), depth,
+                        int(chains), parallel)
     if parallel:
-        draws, stats = run(keys, init, dyn)
-        draws, stats = jax.device_get((draws, stats))
+        draws, stats = jax.device_get(run(keys, init_w, dyn))
     else:
-        outs = [jax.device_get(run(keys[c], jax.tree.map(lambda x: x[c], init), dyn)) for c in range(chains)]
+        outs = [jax.device_get(run(keys[c], init_w[c], dyn)) for c in range(chains)]
         draws, stats = jax.tree.map(lambda *xs: np.stack(xs), *outs)
     return ({k: np.asarray(v) for k, v in draws.items()}, {k: np.asarray(v) for k, v in stats.items()})

@@ -227,7 +227,6 @@ class Surface(Model):
     targets = ("N", "D", "lr", "batch")
     observed = ("log_loss", "diverged_obs")
     dims = {k: ["setting"] for k in SETTING}
-    dense_mass = True
 
     def __post_init__(self):
         if not (np.isfinite(self.divergence_ratio) and self.divergence_ratio > 1):

@@ -205,7 +205,6 @@ class BatchTableModel(Model):
     required_columns = ("N", "batch_tokens", "target_loss", "steps_to_target")
     targets = ("N", "target_loss", "batch")
     observed = ("log_steps",)
-    dense_mass = True
 
     def __init__(self, target_losses=None, interpolate: bool = True):
         self.target_losses = None if target_losses is None else tuple(np.atleast_1d(target_losses).tolist())
