@@ -17,9 +17,13 @@ persistent compilation cache never hits across datasets. Here the program is a f
   JAX; else they run one after another through the same compiled single-chain program.
 
 The compiled program depends only on the model, the data's shapes and dtypes, and the settings (warmup,
-samples, mass matrix, target acceptance, tree depth, chain count). The random streams are NumPyro's: a fit
-gives the same draws as ``MCMC(NUTS(model, ...), chain_method="parallel").run(PRNGKey(seed), ...)`` up to
-floating-point reassociation.
+samples, mass matrix, target acceptance, tree depths, chain count). The random streams are NumPyro's; the
+chain runs on coordinates scaled around the mode (see `run_nuts`), so the draws are those of
+``MCMC(NUTS(model, ...))`` on a reparameterized model, not the same numbers.
+
+Warmup builds its trees under a lower depth cap than sampling (``warmup_tree_depth``): before the mass
+matrix is adapted NUTS builds its longest trees, and on Step Law's surface those early iterations took most
+of a fit's gradients (see `scalinfer.inference.fit.WARMUP_TREE_DEPTH`).
 """
 
 from __future__ import annotations
