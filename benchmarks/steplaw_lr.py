@@ -5,7 +5,9 @@ N = 1,073,741,824 settings in the file (D = 2e10 and 5.69e10), and compare with 
 run: does the 90% interval of ``lr_opt`` contain the best run's LR, and how much worse (in %) is the loss of the
 grid cell nearest in (log lr, log batch) to the predicted medians than the grid's best loss (the regret)?
 Rows: this model, the classic pipeline (quadratic vertex per setting, then OLS; and its "best run per setting"
-variant) and Step Law's published formula. Then the full dense table (all 1,911 runs): wall time (compilation
+variant) and Step Law's published formula. For this model also the posterior predictive distribution of the
+grid's *winning* LR (`grid_winner`): the grid's best LR is a noisy argmin over LRs sqrt 2 apart, not the
+continuous optimum that ``lr_opt`` describes. Then the full dense table (all 1,911 runs): wall time (compilation
 included), R-hat, divergences.
 
     .venv/bin/python benchmarks/steplaw_lr.py [--chains 4 --warmup 500 --samples 1000] [--skip-full]
@@ -72,6 +74,35 @@ def from_fit(fit, ci: float) -> dict:
     return res
 
 
+def grid_winner(fit, truth: dict, D: float, ci: float, seed: int = 0) -> dict:
+    """The posterior predictive distribution of *which grid LR wins*: for every posterior draw, the held-out
+    grid's losses as the model predicts them for a new setting at (TARGET_N, D) (one draw of the setting's
+    offsets shared by all its cells), plus the model's own run-to-run noise (Student-t, scale sigma0 + sigma1
+    * excess), then the LR of the best cell. The grid's best LR is a noisy argmin over LRs sqrt 2 apart, a
+    different quantity from the continuous optimum that ``lr_opt`` describes; this says how probable the
+    observed winner was under the model, and whether it lies in the model's central `ci` set of winners."""
+    g = truth["grid"]
+    lrs, bs = g["lr"].to_numpy(float), g["batch_tokens"].to_numpy(float)
+    p = fit.predict(N=TARGET_N, D=D, lr=lrs, batch=bs)
+    d = fit.draws(["sigma0", "sigma1", "nu"])
+    log_loss, log_opt = np.log(p["loss"]), np.log(p["loss_opt"])[:, None]
+    scale = d["sigma0"][:, None] + d["sigma1"][:, None] * (log_loss - log_opt)
+    rng = np.random.default_rng(seed)
+    y = log_loss + scale * rng.standard_t(d["nu"][:, None], size=log_loss.shape)
+    win = lrs[np.argmin(y, axis=1)]
+    values, counts = np.unique(win, return_counts=True)
+    prob = dict(zip(values.tolist(), (counts / counts.sum()).tolist()))
+    order = sorted(prob, key=prob.get, reverse=True)
+    kept, mass = [], 0.0
+    for v in order:  # the most probable winners until they hold `ci` of the mass
+        if mass >= ci:
+            break
+        kept.append(v)
+        mass += prob[v]
+    return {"p_observed_winner": prob.get(truth["best_lr"], 0.0), "winner_set": sorted(kept),
+            "observed_in_set": truth["best_lr"] in kept, "probabilities": {f"{k:.4g}": v for k, v in prob.items()}}
+
+
 def print_table(rows: list[dict]) -> None:
     print(f"\nheld-out N = {TARGET_N:,}: 90% intervals; regret = loss of the grid run nearest the predicted "
           "(lr, batch) over the grid's best, in %")
@@ -133,6 +164,14 @@ def main(argv=None) -> int:
           f"R-hat max {h['rhat_max']:.3f}, {h['divergences']} divergences ({h['divergent_pct']:.2f}%), "
           f"min bulk ESS {h['ess_min']:.0f}")
     report["methods"] = rows
+    report["grid_winner"] = {}
+    for D in TARGET_D:
+        w = grid_winner(fit, truths[D], D, args.ci, seed=args.seed)
+        report["grid_winner"][f"{D:g}"] = w
+        print(f"D = {D:g}: which grid LR wins, as the model predicts it (noise included): "
+              + ", ".join(f"{k} {100 * v:.0f}%" for k, v in w["probabilities"].items() if v >= 0.01)
+              + f"; observed winner {truths[D]['best_lr']:.3g} has {100 * w['p_observed_winner']:.0f}%, "
+              f"{'inside' if w['observed_in_set'] else 'outside'} the {100 * args.ci:.0f}% set of winners")
 
     if not args.skip_full:
         runs_all = scalinfer.load_runs(args.dataset, format="steplaw")
