@@ -85,7 +85,7 @@ def grid_winner(fit, truth: dict, D: float, ci: float, seed: int = 0) -> dict:
     lrs, bs = g["lr"].to_numpy(float), g["batch_tokens"].to_numpy(float)
     p = fit.predict(N=TARGET_N, D=D, lr=lrs, batch=bs)
     d = fit.draws(["sigma0", "sigma1", "nu"])
-    log_loss, log_opt = np.log(p["loss"]), np.log(p["loss_opt"])[:, None]
+    log_loss, log_opt = np.log(p["loss"]), np.log(p["loss_opt"])  # both (draws, cells)
     scale = d["sigma0"][:, None] + d["sigma1"][:, None] * (log_loss - log_opt)
     rng = np.random.default_rng(seed)
     y = log_loss + scale * rng.standard_t(d["nu"][:, None], size=log_loss.shape)
