@@ -1,0 +1,59 @@
+"""The NUTS driver (`scalinfer.inference.nuts.run_nuts`): tree depth caps, the scaled coordinates, what it
+records, and the errors for malformed arguments. A 3-dimensional Gaussian with very different scales is the
+target: its answer is known exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+
+import scalinfer  # noqa: F401  (asks for CPU devices before JAX starts)
+from scalinfer.inference.nuts import run_nuts
+from scalinfer.inference.runtime import prepare_runtime
+
+SD = np.array([1e-3, 1.0, 30.0])
+
+
+def gauss(sd):
+    numpyro.sample("x", dist.Normal(0.0, sd))
+
+
+def _run(**kw):
+    prepare_runtime(2)
+    init = {"x": np.zeros((2, 3))}
+    opts = dict(chains=2, warmup=200, samples=400, seed=0, chain_method="sequential")
+    opts.update(kw)
+    return run_nuts(gauss, {"sd": SD}, init, **opts)
+
+
+def test_scaled_coordinates_recover_the_target_and_record_warmup():
+    # scaled by the true sds, w is standard normal: identity mass is right and steps stay short
+    draws, stats = _run(mean=np.zeros(3), scale=SD, adapt="none")
+    x = draws["x"].reshape(-1, 3)
+    # 800 near-independent draws: the sd estimate has relative se ~ 1/sqrt(2 * 800) = 2.5%; 15% is 6 se
+    np.testing.assert_allclose(x.std(0), SD, rtol=0.15)
+    assert np.all(np.abs(x.mean(0)) < 0.2 * SD)  # se of the mean ~ sd / sqrt(800) = 0.035 sd
+    assert stats["warmup_num_steps"].shape == (2, 200) and stats["warmup_step_size"].shape == (2, 200)
+    assert np.all(stats["warmup_step_size"] > 0)
+    assert stats["num_steps"].mean() < 8  # a standard normal: a few leapfrog steps per draw
+
+
+def test_warmup_tree_depth_caps_warmup_only():
+    # unscaled, the 3e4 spread of scales makes warmup's first trees long; capped at depth 2 they take at
+    # most 3 leapfrog steps, and sampling keeps its own cap
+    _, stats = _run(warmup_tree_depth=2, max_tree_depth=10, adapt="diag")
+    assert stats["warmup_num_steps"].max() <= 3
+    assert stats["num_steps"].max() > 3
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="adapt must be one of"):
+        _run(adapt="full")
+    with pytest.raises(ValueError, match="mean and scale must have shape"):
+        _run(mean=np.zeros(2))
+    with pytest.raises(ValueError, match="leading axis of size chains=3"):
+        _run(chains=3)
+    with pytest.raises(ValueError, match="reserved"):
+        run_nuts(lambda _scale: None, {"_scale": 1.0}, {"x": np.zeros((1, 1))}, chains=1, warmup=1, samples=1)
