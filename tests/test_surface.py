@@ -83,6 +83,13 @@ def test_fit_diagnostics_and_groups(surface_fit, sim):
     assert f.posterior["eps_lr"].shape[-1] == 9  # one offset per setting
 
 
+def test_laplace_on_surface_says_it_is_a_first_look_only(sim):
+    f = scalinfer.fit(_runs(sim[1]), model="surface", method="laplace", chains=1, samples=200)
+    w = f.warnings()
+    assert any("method=laplace on this hierarchical model" in x for x in w), w
+    assert f.predict(N=1e9, D=2e10).interval("lr_opt")[0] > 0
+
+
 def test_censored_runs_change_the_posterior():
     """Diverged runs are censored observations: dropping them must move the posterior of the upper LR valley."""
     from scalinfer.models.surface import MODEL

@@ -437,6 +437,12 @@ class Surface(Model):
 
     def fit_warnings(self, fit) -> list[str]:
         out = []
+        if fit.method == "laplace":
+            # measured on Step Law: at the joint mode the Gaussian put tau_lr 19 of its sds from the posterior
+            # mean, and its covariance was off by factors 0.003-500 (see scalinfer.inference.fit._preconditioner)
+            out.append("method=laplace on this hierarchical model: the Gaussian at the joint mode misplaces the "
+                       "settings' scatter (tau_lr, tau_b) and so the width of predictions at a new setting; "
+                       "use it for a first look only, and nuts for intervals")
         c = fit.constants
         k = int(c.get("n_censored_by_ratio", 0))
         if k:
