@@ -48,6 +48,11 @@ def test_warmup_tree_depth_caps_warmup_only():
     assert stats["num_steps"].max() > 3
 
 
+def test_no_warmup_records_no_warmup():
+    draws, stats = _run(warmup=0, samples=20, mean=np.zeros(3), scale=SD, adapt="none")
+    assert stats["warmup_num_steps"].shape == (2, 0) and draws["x"].shape == (2, 20, 3)
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="adapt must be one of"):
         _run(adapt="full")

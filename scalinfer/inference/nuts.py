@@ -64,7 +64,7 @@ def _potential_fn_gen(model_fn, static: tuple):
 
 
 def _chain_fn(model_fn, static, warmup: int, samples: int, adapt: str, target_accept: float,
-              max_tree_depth: int):
+              max_tree_depth: tuple[int, int]):
     """One chain: (rng_key, init w, data) -> (constrained draws (samples, ...), stats (samples,))."""
     init_kernel, sample_kernel = hmc(potential_fn_gen=_potential_fn_gen(model_fn, static), algo="NUTS")
 
@@ -86,6 +86,7 @@ def _chain_fn(model_fn, static, warmup: int, samples: int, adapt: str, target_ac
 
         buffers = jax.tree.map(lambda x: jnp.zeros((samples,) + jnp.shape(x), jnp.result_type(x)), collect(state))
         # warmup's tree sizes and step sizes, per iteration (what warmup cost, and how it adapted)
+        # (one slot at least: JAX refuses even a dropped write into an empty array; sliced off below)
         warm = {"num_steps": jnp.zeros(max(warmup, 1), jnp.result_type(state.num_steps)),
                 "step_size": jnp.zeros(max(warmup, 1), jnp.result_type(float))}
 
@@ -94,10 +95,9 @@ def _chain_fn(model_fn, static, warmup: int, samples: int, adapt: str, target_ac
             s = sample_kernel(s, model_kwargs=dyn)
             j = jnp.maximum(i - warmup, 0)
             bufs = jax.tree.map(lambda b, x: lax.dynamic_update_index_in_dim(b, x, j, 0), bufs, collect(s))
-            k = jnp.minimum(i, max(warmup, 1) - 1)
-            warm = {"num_steps": warm["num_steps"].at[k].set(jnp.where(i < warmup, s.num_steps, warm["num_steps"][k])),
-                    "step_size": warm["step_size"].at[k].set(jnp.where(i < warmup, s.adapt_state.step_size,
-                                                                       warm["step_size"][k]))}
+            # index i is past the buffer after warmup: mode="drop" skips those writes
+            warm = {"num_steps": warm["num_steps"].at[i].set(s.num_steps, mode="drop"),
+                    "step_size": warm["step_size"].at[i].set(s.adapt_state.step_size, mode="drop")}
             return s, bufs, warm
 
         _, (w, stats), warm = lax.fori_loop(0, warmup + samples, step, (state, buffers, warm))
@@ -112,7 +112,7 @@ def _chain_fn(model_fn, static, warmup: int, samples: int, adapt: str, target_ac
 
 @program
 def _nuts_program(model_fn, static, warmup, samples, adapt, target_accept, max_tree_depth, chains, parallel):
-    """The compiled program: one chain (`jax.jit`), or `chains` chains on as many devices. The parallel form is
+    """`max_tree_depth` is (in warmup, after warmup), as NumPyro's `hmc` takes it. The compiled program: one chain (`jax.jit`), or `chains` chains on as many devices. The parallel form is
     what `jax.pmap(chain, in_axes=(0, 0, None))` is in this JAX (a `jit` of a `shard_map` over a mesh of the
     devices), written out so that the program keeps its name in JAX's compile logs and cache."""
     fn = _chain_fn(model_fn, static, warmup, samples, adapt, target_accept, max_tree_depth)
