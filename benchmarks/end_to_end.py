@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import math
 import sys
@@ -108,14 +109,18 @@ def covered(lo: float, hi: float, value: float, edge: str | None, step: float) -
 
 # ---- the fit ---------------------------------------------------------------------------------------------
 def holdout_fit(runs, largest: float, out: Path, chains: int, warmup: int, samples: int, seed: int):
-    """The surface fit to every run with N < ``largest``, cached in ``out`` by the table's content and
-    settings."""
+    """The surface fit to every run with N < ``largest``, cached in ``out`` by the table's content, the
+    settings and the model (its ``version`` and the source of its module, so an edited model is refit)."""
     from scalinfer.inference import fit, load_fit
+    from scalinfer.models import get_model
 
     train = runs.where(f"N < {float(largest)!r}")
+    model = get_model("surface")
+    source = Path(inspect.getsourcefile(type(model))).read_bytes()
     key = hashlib.sha256(pd.util.hash_pandas_object(train.df[["N", "D", "lr", "batch_tokens", "loss"]],
                                                     index=False).to_numpy().tobytes()
-                         + f"{chains},{warmup},{samples},{seed}".encode()).hexdigest()[:12]
+                         + f"{chains},{warmup},{samples},{seed},{model.version}".encode()
+                         + hashlib.sha256(source).digest()).hexdigest()[:12]
     path = out / f"surface-holdout-{key}.nc"
     if path.exists():
         return load_fit(path), len(train), True

@@ -2,9 +2,12 @@
 
 - A truncated, overwritten or missing file in the latest trainer checkpoint: the resume warns, falls back
   to the checkpoint before, and the run finishes with its records; when no checkpoint can be read, a
-  one-line `TrainError` says what to do.
+  one-line `TrainError` says what to do. A damaged stable-phase checkpoint that a decay branch forks from: a
+  one-line `TrainError` naming it and saying how to recover (the folder is left as it was). A restore that
+  fails for another reason (out of memory, a bug) is raised as it is, never taken for damage.
 - ENOSPC while writing a run record (the trainer's table, ``append_records``, the sweep's merged table):
-  a `TrainError` naming the file, the previous table byte for byte as it was, no temporary file left.
+  a `TrainError` naming the file, the previous table byte for byte as it was, no temporary file left. The same
+  for the run's ``config.json``, the metrics log and a sweep run's ``sweep_run.json``.
 
 One tiny training run (20 steps of 2048 tokens, checkpoints every 5 steps, stopped after 10) is shared by
 the checkpoint tests; each test damages its own copy and resumes it.
@@ -13,6 +16,7 @@ the checkpoint tests; each test damages its own copy and resumes it.
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import shutil
@@ -24,9 +28,9 @@ import pytest
 from scalinfer import _io
 from scalinfer.errors import TrainError
 from scalinfer.train import apply_overrides, preset, train
-from scalinfer.train.checkpoint import CheckpointWarning
-from scalinfer.train.records import append_records, read_records
-from scalinfer.train.sweep import merge
+from scalinfer.train.checkpoint import Checkpointer, CheckpointWarning
+from scalinfer.train.records import MetricsLog, append_records, read_records
+from scalinfer.train.sweep import merge, parse_sweep, run_one
 
 OVERRIDES = ["name=rel", "total_tokens=40960", "batch_tokens=2048", "micro_batch_tokens=1024", "lr=1e-2",
              "warmup=0.1", "decay=0.2", "eval_every=0", "checkpoint_every=5", "keep_checkpoints=2",
@@ -121,6 +125,76 @@ def test_no_restorable_checkpoint_is_a_train_error(interrupted, tmp_path):
     assert "step 10:" in msg and "step 5 too" in msg and "restart the run from step 0" in msg
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["10", "5"]
     assert not (out / "runs.jsonl").exists()
+
+
+@pytest.fixture(scope="module")
+def forked(tmp_path_factory):
+    """A run with one decay branch, stopped after 15 of its 20 steps: past the branch's fork step, whose
+    stable-phase checkpoint is in ``stable/``."""
+    out = tmp_path_factory.mktemp("forked")
+    assert train(_config("decay_points=[0.5]", "stop_after_steps=15"), out) == []
+    forks = [p for p in (out / "stable").iterdir() if p.name.isdigit()]
+    assert len(forks) == 1
+    return out, forks[0].name
+
+
+@pytest.mark.parametrize("damage", [_truncate, _delete], ids=["truncated", "deleted"])
+def test_damaged_fork_checkpoint_is_a_train_error(forked, tmp_path, damage):
+    """Simulates the stable-phase checkpoint of a decay branch damaged after it was written (its largest array
+    file truncated to 0 bytes, or deleted). The resume finishes the main run, then must stop with a one-line
+    TrainError that names the damaged step folder and says how to recover (not orbax's or tensorstore's own
+    exception); it writes no record for the branch and leaves the damaged folder where it was."""
+    src, step = forked
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    damage(out / "stable" / step)
+    before = sorted(p.name for p in (out / "stable").iterdir())
+
+    with pytest.raises(TrainError) as info:
+        train(_config("decay_points=[0.5]"), out)
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert f"{out / 'stable' / step}" in msg and "cannot be restored" in msg
+    assert f"remove {out}" in msg and "rerun" in msg
+    assert [r["diverged"] for r in read_records(out / "runs.jsonl")] == [False]  # the main run only
+    assert sorted(p.name for p in (out / "stable").iterdir()) == before
+
+
+@pytest.mark.parametrize("latest", [True, False], ids=["restore_latest", "restore"])
+def test_restore_errors_that_are_not_damage_propagate(tmp_path, monkeypatch, latest):
+    """A restore that fails for a reason other than damaged files (here an out-of-memory error raised while
+    reading the newest step) must propagate as it is: not become a TrainError, not fall back to an older
+    step, and not move the (healthy) newest step aside as damaged."""
+    ckpt = Checkpointer(tmp_path, keep=None)
+    state = {"w": np.arange(8, dtype=np.float32)}
+    for step in (1, 2):
+        ckpt.save(step, state, {"step": step})
+    real = ckpt._manager.restore
+
+    def restore(step, *args, **kwargs):
+        if step == 2:
+            raise RuntimeError("RESOURCE_EXHAUSTED: out of memory while restoring")
+        return real(step, *args, **kwargs)
+
+    monkeypatch.setattr(ckpt._manager, "restore", restore)
+    with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED"):
+        ckpt.restore_latest(state) if latest else ckpt.restore(2, state)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "2"]
+    ckpt.close()
+
+
+def test_damaged_checkpoint_restore_names_the_step(tmp_path):
+    """`Checkpointer.restore` of a step with a truncated array file: a one-line TrainError naming the step's
+    folder and the reason."""
+    ckpt = Checkpointer(tmp_path, keep=None)
+    state = {"w": np.arange(1024, dtype=np.float32)}
+    ckpt.save(3, state, {"step": 3})
+    _truncate(tmp_path / "3")
+    with pytest.raises(TrainError) as info:
+        ckpt.restore(3, state)
+    msg = str(info.value)
+    assert "\n" not in msg and f"checkpoint {tmp_path / '3'} cannot be restored" in msg and "delete" in msg
+    ckpt.close()
 
 
 # ---- full disk -----------------------------------------------------------------------------------------------
@@ -246,3 +320,57 @@ def test_missing_fork_checkpoint_of_a_healthy_run_is_an_error_not_a_divergence(t
         train(_config("decay_points=[0.5]"), tmp_path)
     records = read_records(tmp_path / "runs.jsonl")
     assert [r["diverged"] for r in records] == [False]  # the main run only; no false record of the branch
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "resumed"])
+def test_full_disk_writing_the_config_is_a_train_error(interrupted, tmp_path, monkeypatch, existing):
+    """Simulates ENOSPC while train() writes the run's config.json (half written, then ENOSPC), in a new folder
+    and in one holding an interrupted run: a TrainError naming the file and the OS reason; config.json absent
+    or byte for byte as before, and no temporary file left."""
+    out = tmp_path / "run"
+    if existing:
+        shutil.copytree(interrupted[0], out)
+    else:
+        out.mkdir()
+    before = _folder(out)
+    tmps = _half_write_then_enospc(monkeypatch, "config.json")
+
+    with pytest.raises(TrainError) as info:
+        train(_config(), out)
+    msg = str(info.value)
+    assert f"{out / 'config.json'}" in msg and "No space left on device" in msg and "\n" not in msg
+    assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.ENOSPC
+    assert len(tmps) == 1 and tmps[0].parent == out
+    assert _folder(out) == before
+
+
+def test_full_disk_appending_metrics_is_a_train_error(tmp_path, monkeypatch):
+    """Simulates ENOSPC when the metrics log appends a line: a TrainError naming the log and the OS reason."""
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    log.write({"step": 1, "loss": 3.0})
+
+    class Full:
+        def write(self, text):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    real, log._file = log._file, Full()
+    with pytest.raises(TrainError) as info:
+        log.write({"step": 2, "loss": 2.9})
+    assert f"{tmp_path / 'metrics.jsonl'}" in str(info.value) and "No space left on device" in str(info.value)
+    real.close()
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
+
+
+def test_full_disk_writing_a_sweep_runs_info_is_a_train_error(tmp_path, monkeypatch):
+    """Simulates ENOSPC while a sweep writes a finished run's sweep_run.json (the training itself stubbed): a
+    TrainError naming the file and the OS reason, no file or temporary file left in the run's folder."""
+    sweep = parse_sweep({"sweep": {"name": "s", "preset": "tiny"}, "run": [{"name": "r"}]}, "s.toml")
+    run = sweep.runs[0]
+    monkeypatch.setattr("scalinfer.train.loop.train", lambda cfg, d: [{"run_id": run.run_id, "loss": 3.0}])
+    _half_write_then_enospc(monkeypatch, "sweep_run.json")
+
+    with pytest.raises(TrainError) as info:
+        run_one(run, tmp_path, log=io.StringIO())
+    path = run.directory(tmp_path) / "sweep_run.json"
+    assert f"{path}" in str(info.value) and "No space left on device" in str(info.value)
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp") or p.name == path.name]

@@ -7,8 +7,10 @@ while saving (even by ``kill -9``) leaves the previous checkpoint intact.
 A checkpoint damaged afterwards (a file truncated, overwritten or deleted: a full disk, a bad copy, a
 cleanup gone wrong) is caught when it is read: `Checkpointer.restore_latest` then warns
 (`CheckpointWarning`, naming the step and the reason), moves the damaged step aside to
-``<directory>/<step>.corrupt`` and falls back to the previous checkpoint. Orbax stores a checksum with
-every array chunk, so damage to the array data is found, never silently restored.
+``<directory>/<step>.corrupt`` and falls back to the previous checkpoint; `Checkpointer.restore` of one
+given step (a decay branch's fork) raises a one-line `TrainError` naming the step's folder. Orbax stores a
+checksum with every array chunk, so damage to the array data is found, never silently restored. A restore
+that fails for another reason (out of memory, a bug) is raised as it is, never taken for damage.
 """
 
 from __future__ import annotations
@@ -31,13 +33,26 @@ class CheckpointWarning(UserWarning):
     """A checkpoint could not be restored and an older one is used instead."""
 
 
+def _chain(e: BaseException) -> list[BaseException]:
+    """``e`` and its causes, outermost first."""
+    out, seen = [e], {id(e)}
+    while (nxt := out[-1].__cause__ or out[-1].__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        out.append(nxt)
+    return out
+
+
+def _damaged(e: BaseException) -> bool:
+    """Whether a restore failed on the checkpoint's files: what orbax and tensorstore raise for a truncated,
+    overwritten or deleted file (ValueError: data loss or out of range; FileNotFoundError; KeyError: an item
+    missing; a bare Exception wrapping one of these), not an out-of-memory error or a bug."""
+    return all(type(x) is Exception or isinstance(x, (OSError, ValueError, KeyError)) for x in _chain(e))
+
+
 def _reason(e: BaseException) -> str:
     """One line saying why a restore failed: the innermost cause (tensorstore's message names the file and
     the damage, e.g. a byte range past the end of a truncated file or a failed decompression)."""
-    inner, seen = e, {id(e)}
-    while (nxt := inner.__cause__ or inner.__context__) is not None and id(nxt) not in seen:
-        seen.add(id(nxt))
-        inner = nxt
+    inner = _chain(e)[-1]
     text = " ".join(str(inner).split()) or type(inner).__name__
     text = re.sub(r" See full TensorStore details: .*", "", text)
     if len(text) > 300:
@@ -74,9 +89,25 @@ class Checkpointer:
             state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
         self._manager.wait_until_finished()
 
-    def restore(self, step: int, like: Any) -> tuple[Any, dict[str, Any]]:
+    def restore(self, step: int, like: Any, remedy: str | None = None) -> tuple[Any, dict[str, Any]]:
         """Restore ``step`` into the shapes, dtypes and shardings of ``like`` (arrays or
-        ``jax.ShapeDtypeStruct`` with shardings)."""
+        ``jax.ShapeDtypeStruct`` with shardings).
+
+        A damaged step (truncated, overwritten or missing files) is a one-line `TrainError` naming its folder,
+        the reason and ``remedy`` (what to do; default: delete the folder and rerun to resume from an earlier
+        checkpoint). Nothing is moved.
+        """
+        try:
+            return self._restore(step, like)
+        except Exception as e:
+            if not _damaged(e):
+                raise
+            where = self.directory / str(step)
+            raise TrainError(f"checkpoint {where} cannot be restored ({_reason(e)}): it is damaged; "
+                             + (remedy or f"delete {where} (or move it away) and rerun to resume from an earlier "
+                                          f"checkpoint")) from e
+
+    def _restore(self, step: int, like: Any) -> tuple[Any, dict[str, Any]]:
         abstract = jax.tree.map(
             lambda a: a if isinstance(a, jax.ShapeDtypeStruct) else ocp.utils.to_shape_dtype_struct(a), like)
         out = self._manager.restore(step, args=ocp.args.Composite(
@@ -86,18 +117,20 @@ class Checkpointer:
     def restore_latest(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
         """Restore the newest checkpoint that can be read, or None when there is none.
 
-        When a step fails to restore (truncated, overwritten or missing files), the previous one is
-        tried. Once one restores, a `CheckpointWarning` names the damaged step(s), the reason and the
-        step resumed from, and the damaged steps are moved aside to ``<step>.corrupt`` so that the
-        resumed run saves those steps afresh. When none restores, a one-line `TrainError` says what to
-        do (nothing is moved).
+        When a step is damaged (truncated, overwritten or missing files), the previous one is tried (any
+        other failure is raised as it is). Once one restores, a `CheckpointWarning` names the damaged
+        step(s), the reason and the step resumed from, and the damaged steps are moved aside to
+        ``<step>.corrupt`` so that the resumed run saves those steps afresh. When none restores, a
+        one-line `TrainError` says what to do (nothing is moved).
         """
         steps = sorted(self.steps(), reverse=True)
         failed: list[tuple[int, str]] = []
         for step in steps:
             try:
-                restored = self.restore(step, like)
+                restored = self._restore(step, like)
             except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types for damaged files
+                if not _damaged(e):
+                    raise
                 failed.append((step, _reason(e)))
                 continue
             if failed:

@@ -16,7 +16,8 @@ Files in ``out_dir``::
 Resuming: rerun with the same ``out_dir`` (and config). The latest checkpoint restores params,
 optimizer state, step, RNG key and data position, and the loss trajectory continues exactly as
 if uninterrupted (a damaged latest checkpoint is moved aside with a warning and the one before is
-used: `Checkpointer.restore_latest`). Records already in the run table are not redone. A
+used: `Checkpointer.restore_latest`; a damaged or missing stable-phase checkpoint of a branch still to
+train is a `TrainError` saying how to recover). Records already in the run table are not redone. A
 non-finite training loss stops the run: it is recorded as diverged (``loss: null``), never raised.
 """
 
@@ -46,7 +47,7 @@ from scalinfer.train import parallel
 from scalinfer.train.checkpoint import Checkpointer
 from scalinfer.train.config import ModelConfig, TrainConfig, check, config_from_dict, config_to_dict, preset
 from scalinfer.train.optimizer import decay_fn, make_optimizer, wsd_schedule
-from scalinfer.train.records import MetricsLog, append_records, atomic_write_text, read_records
+from scalinfer.train.records import MetricsLog, append_records, read_records, write_file
 from scalinfer.train.schedule_file import Schedule, load_schedule
 
 __all__ = ["TrainState", "make_train_step", "make_eval_fn", "Plan", "make_plan", "train", "run_id_of"]
@@ -299,7 +300,9 @@ def _check_resume_config(out: Path, cfg: TrainConfig) -> None:
         if diff:
             raise TrainError(f"{out} holds a run with another configuration (differs in {', '.join(diff)}); "
                              f"use a new out_dir")
-    atomic_write_text(path, json.dumps(now, indent=2) + "\n")
+    write_file(path, json.dumps(now, indent=2) + "\n", "the run's configuration",
+               f"{'it is unchanged' if path.exists() else 'it was not written'} and nothing was trained: fix the "
+               f"cause (a full disk? a read-only folder?) and rerun")
 
 
 def _progress(cfg: TrainConfig, total: int, initial: int, desc: str):
@@ -543,7 +546,11 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
                                  f"decay branch {b.name!r} forks, is missing; the main run passed that step, so the "
                                  f"branch cannot be trained. To retrain the run and its branches, remove {out} (and "
                                  f"run {run_id!r}'s records from {table} if it lives elsewhere) and rerun")
-            bstate, bmeta = stable.restore(b.fork_step, runner.abstract)
+            bstate, bmeta = stable.restore(
+                b.fork_step, runner.abstract,
+                remedy=f"decay branch {b.name!r} forks from it, so it cannot be trained. To retrain the run and its "
+                       f"branches, remove {out} (and run {run_id!r}'s records from {table} if it lives elsewhere) "
+                       f"and rerun")
             blog = MetricsLog(out / f"metrics-{b.name}.jsonl", resume_step=None, enabled=primary)
             with _progress(cfg, None, 0, b.name) as bar:
                 bstate, bmeta, bstatus = runner.run_steps(bstate, bmeta, b.end_tokens, plan.lr_branch(b), blog,

@@ -10,7 +10,11 @@ disk or a concurrent writer (a sweep) can never leave a half-written or lost rec
 raises a `TrainError` naming the file and leaves the previous table as it was.
 
 Metrics (``metrics.jsonl``): one line per logged step; on resume the lines after the restored
-step (and a torn last line from a killed process) are removed, again by atomic rewrite.
+step (and a torn last line from a killed process) are removed, again by atomic rewrite. A failed
+append is a `TrainError` naming the log.
+
+Other small files (a run's ``config.json``, a sweep's ``sweep_run.json``...) go through `write_file`:
+atomic, and a failed write is a `TrainError` naming the file and the OS reason.
 """
 
 from __future__ import annotations
@@ -25,14 +29,15 @@ from typing import Any, Iterable
 from scalinfer._io import atomic_write_text
 from scalinfer.errors import TrainError
 
-__all__ = ["append_records", "read_records", "atomic_write_text", "MetricsLog"]
+__all__ = ["append_records", "read_records", "atomic_write_text", "write_file", "MetricsLog"]
 
 
-def _rewrite(path: Path, text: str, what: str, unchanged: str) -> None:
+def write_file(path: Path, text: str, what: str, unchanged: str) -> Path:
     """`atomic_write_text`, with a failed write (a full disk, a read-only folder...) turned into a
-    `TrainError` naming the file; the temporary file is gone and ``path`` is as it was."""
+    `TrainError` naming ``what``, the file and the OS reason, then ``unchanged`` (what became of it, what
+    to do); the temporary file is gone and ``path`` is as it was."""
     try:
-        atomic_write_text(path, text)
+        return atomic_write_text(path, text)
     except OSError as e:
         raise TrainError(f"cannot write {what} {path} ({e.strerror or e}); {unchanged}") from e
 
@@ -85,9 +90,9 @@ def append_records(path: Path, records: Iterable[dict[str, Any]]) -> list[dict[s
             old = path.read_text() if path.exists() else ""
             if old and not old.endswith("\n"):
                 old += "\n"
-            _rewrite(path, old + "".join(_dumps(r) + "\n" for r in new), "the run table",
-                     f"the table is unchanged ({len(existing)} records) and the {len(new)} new record(s) were not "
-                     f"added: fix the cause (a full disk?) and rerun to add them")
+            write_file(path, old + "".join(_dumps(r) + "\n" for r in new), "the run table",
+                       f"the table is unchanged ({len(existing)} records) and the {len(new)} new record(s) were "
+                       f"not added: fix the cause (a full disk?) and rerun to add them")
     return new
 
 
@@ -109,15 +114,19 @@ class MetricsLog:
                     continue  # the torn last line of a killed process; its step is redone
                 if resume_step is not None and rec.get("step", 0) <= resume_step:
                     keep.append(line)
-            _rewrite(self.path, "".join(line + "\n" for line in keep), "the metrics log",
-                     "it is unchanged: fix the cause (a full disk?) and rerun to resume")
+            write_file(self.path, "".join(line + "\n" for line in keep), "the metrics log",
+                       "it is unchanged: fix the cause (a full disk?) and rerun to resume")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a")
 
     def write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
-            self._file.write(_dumps(record) + "\n")
-            self._file.flush()
+            try:
+                self._file.write(_dumps(record) + "\n")
+                self._file.flush()
+            except OSError as e:
+                raise TrainError(f"cannot append to the metrics log {self.path} ({e.strerror or e}); fix the cause "
+                                 f"(a full disk?) and rerun to resume from the latest checkpoint") from e
 
     def close(self) -> None:
         if self._file is not None:

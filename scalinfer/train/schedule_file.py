@@ -44,8 +44,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from scalinfer._io import atomic_write_text
 from scalinfer.errors import TrainError
+from scalinfer.train.records import write_file
 
 __all__ = ["FORMAT", "BatchStage", "LrSchedule", "Schedule", "load_schedule", "validate_schedule",
            "write_schedule"]
@@ -175,8 +175,8 @@ def load_schedule(path: str | os.PathLike) -> Schedule:
 
 
 def write_schedule(path: str | os.PathLike, schedule: Schedule | dict[str, Any]) -> Path:
-    """Validate and write a schedule file atomically (`scalinfer._io.atomic_write_text`: a fsynced temp file
-    in the same folder, then ``os.replace``).
+    """Validate and write a schedule file atomically (`scalinfer.train.records.write_file`: a fsynced temp file
+    in the same folder, then ``os.replace``); a failed write is a `TrainError` naming the file and the reason.
 
     ``schedule`` is a `Schedule` or a dict in the file format (``format`` may be omitted).
     """
@@ -185,4 +185,5 @@ def write_schedule(path: str | os.PathLike, schedule: Schedule | dict[str, Any])
     else:
         obj = {"format": FORMAT, **schedule}
     validate_schedule(obj, str(path))
-    return atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
+    return write_file(path, json.dumps(obj, indent=2) + "\n", "the schedule file",
+                      "it is as it was: fix the cause (a full disk? a read-only folder?) and write it again")

@@ -71,6 +71,7 @@ from typing import Any, Iterator, Sequence
 from scalinfer._io import atomic_write_text
 from scalinfer.errors import ScalinferError, TrainError
 from scalinfer.train.config import TrainConfig, config_from_dict, config_to_dict, preset
+from scalinfer.train.records import write_file
 
 __all__ = [
     "SweepRun", "Sweep", "RunStatus", "SweepResult", "load_sweep", "parse_sweep", "expand_sweep",
@@ -352,7 +353,8 @@ def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = Fa
             records = train(run.config, d)
         except Exception as e:  # noqa: BLE001 - recorded, reported, and resumable
             msg = f"{type(e).__name__}: {e}".splitlines()[0]
-            atomic_write_text(d / _ERROR, msg + "\n\n" + traceback.format_exc())
+            write_file(d / _ERROR, msg + "\n\n" + traceback.format_exc(), "the error report",
+                       f"the run failed with {msg}")
             print(f"[sweep] {run.index}: {run.name} failed: {msg}", file=log, flush=True)
             return "failed"
         wall = time.perf_counter() - t0
@@ -372,7 +374,10 @@ def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = Fa
             "diverged": [r["run_id"] for r in records if r.get("diverged")],
             "host": platform.node(), "pid": os.getpid(), "code": _code_commit(),
         }
-        atomic_write_text(info_path, json.dumps(info, indent=2) + "\n")
+        write_file(info_path, json.dumps(info, indent=2) + "\n", "the sweep's record of the run",
+                   f"the run finished and its records are in {d / _TABLE} (merged with the others), but this "
+                   f"attempt's wall time and host are not recorded and `export` leaves the run out: fix the cause "
+                   f"(a full disk?)")
         if delete_checkpoints:
             for sub in ("checkpoints", "stable"):
                 shutil.rmtree(d / sub, ignore_errors=True)
@@ -538,7 +543,7 @@ def export(out: str | os.PathLike, dest: str | os.PathLike) -> list[str]:
     copied = []
     for name in (_TABLE, _MANIFEST, "sweep.toml"):
         if (out / name).exists():
-            atomic_write_text(dest / name, (out / name).read_text())
+            write_file(dest / name, (out / name).read_text(), "the exported copy", _incomplete(dest))
     runs_dir = out / _RUNS
     for d in sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []:
         if not (d / _RUN_INFO).exists():
@@ -547,9 +552,13 @@ def export(out: str | os.PathLike, dest: str | os.PathLike) -> list[str]:
             if f.is_file() and (f.name in _EXPORTED or (f.name.startswith("metrics") and f.suffix == ".jsonl")):
                 target = dest / _RUNS / d.name / f.name
                 if not target.exists() or target.read_bytes() != f.read_bytes():
-                    atomic_write_text(target, f.read_text())
+                    write_file(target, f.read_text(), "the exported copy", _incomplete(dest))
         copied.append(d.name)
     return copied
+
+
+def _incomplete(dest: Path) -> str:
+    return f"the export to {dest} is incomplete: fix the cause (a full disk?) and export again"
 
 
 # ---- running ---------------------------------------------------------------------------------------------
@@ -572,7 +581,8 @@ def _install_sweep_file(sweep: Sweep, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     target = out / "sweep.toml"
     if sweep.text and (not target.exists() or target.read_text() != sweep.text):
-        atomic_write_text(target, sweep.text)
+        write_file(target, sweep.text, "the sweep file's copy", "nothing was run: fix the cause (a full disk? a "
+                   "read-only folder?) and rerun")
 
 
 def run_sweep(path: str | os.PathLike, out: str | os.PathLike, workers: int = 1, only: str | None = None,
