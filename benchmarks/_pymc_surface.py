@@ -12,8 +12,8 @@ same centred data, and repeats the NumPyro model term by term:
   `surface_at`;
 - converged runs: Student-t(nu, mu, sigma0 + sigma1 * excess) on the log loss;
 - censored (diverged) runs: log Phi((mu - log_level) / scale), a `pm.Potential` with PyMC's stable normal
-  log-CDF (`normal_lcdf`: erfcx below z = -1). NumPyro writes the same term as a Bernoulli(logits = log Phi(z)
-  - log Phi(-z)) observed at 1, whose log probability is log Phi(z).
+  log-CDF (`normal_lcdf`: erfcx below z = -1). NumPyro writes the same term as an observed site (`Exceeds`, observed at
+  1, whose log probability is log Phi(z)).
 """
 
 from __future__ import annotations

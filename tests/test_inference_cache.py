@@ -16,7 +16,7 @@ from scalinfer.models import get_model
 
 SETTINGS = dict(model="chinchilla", chains=2, warmup=150, samples=150)
 #: the programs a NUTS fit compiles (named after the functions `jax.jit`/`jax.pmap` wrap)
-PROGRAMS = ("scalinfer_map", "scalinfer_laplace", "scalinfer_potential", "scalinfer_nuts",
+PROGRAMS = ("scalinfer_start", "scalinfer_potential", "scalinfer_constrain", "scalinfer_nuts",
             "scalinfer_log_likelihood")
 
 
@@ -43,7 +43,10 @@ def test_second_fit_of_new_data_compiles_nothing():
     # new data, new answer (not a cached result)
     a, b = first.posterior["alpha"].values, second.posterior["alpha"].values
     assert a.shape == b.shape == (2, 150) and not np.allclose(a, b)
-    assert second.summary()["alpha"]["r_hat"] < 1.05
+    # and a sound one: the reused program still samples. 1.2, not 1.01: with 2 chains x 150 draws R-hat is
+    # itself noisy (alpha's R-hat over 12 simulated tables at these settings: 1.00-1.14, the A-alpha ridge)
+    assert second.summary()["alpha"]["r_hat"] < 1.2
+    assert abs(float(np.median(b)) - get_model("chinchilla").true_params()["alpha"]) < 0.1
 
 
 @pytest.mark.skipif(os.environ.get("SCALINFER_NO_CACHE") == "1", reason="persistent cache turned off")

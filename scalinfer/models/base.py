@@ -42,6 +42,9 @@ class Model:
     targets: ClassVar[tuple[str, ...]] = ("N", "D")
     #: "nuts" for NumPyro models; a model fit otherwise (bootstrap) overrides `fit_draws`
     default_method: ClassVar[str] = "nuts"
+    #: the float type NUTS evaluates the potential in (None: as the data, float64). float32 is for models whose
+    #: every input and parameter is O(1) (centered logs); the mode and the Laplace curvature stay float64
+    potential_dtype: ClassVar[str | None] = None
 
     def check(self, runs: RunTable) -> None:
         if runs.kind != self.table_kind:
