@@ -241,14 +241,14 @@ def test_moe_total_and_active():
 def test_calibration_script_smoke():
     """The calibration benchmark end to end on 2 tiny data sets; its last line is the JSON contract."""
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "calibration_lr.py"), "--datasets", "2",
-                        "--design", "tiny", "--chains", "1", "--warmup", "60", "--samples", "60"],
+                        "--design", "tiny", "--chains", "1", "--warmup", "60", "--samples", "60", "--tau-prior"],
                        capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     for ci in ("coverage_50", "coverage_90"):
         assert set(out[ci]) == {"lr_opt", "batch_opt"}
         assert all(v in (0.0, 0.5, 1.0) for v in out[ci].values())  # 2 data sets: 0, 1 or 2 hits
-    assert out["n_datasets"] == 2
+    assert out["n_datasets"] == 2 and out["tau"] == "prior HalfNormal(0.3)"
 
 
 @pytest.mark.parametrize("kind", ["lr-law", "batch-law", "lr-valley", "batch-valley", "ppc"])
