@@ -254,13 +254,13 @@ elif mode == "blackjax":
     from blackjax.adaptation.base import get_filter_adapt_info_fn
     from numpyro.infer.util import constrain_fn, potential_energy
     from scalinfer.inference.fit import _finite_starts, _preconditioner
-    from scalinfer.inference.optimize import find_map, laplace_draws
+    from scalinfer.inference.optimize import find_map, laplace_flat
     t0 = time.perf_counter()
     data, const = MODEL.prepare(runs)
     kw = MODEL.model_kwargs(data, const)
     # what scalinfer.fit does before NUTS: the mode, Laplace-scaled coordinates, chain starts from the Laplace
     point = find_map(MODEL.model, kw, MODEL.init_values(data, const), seed=seed)
-    _, flat = laplace_draws(point, chains, seed=seed + 1)
+    flat = laplace_flat(point, chains, seed=seed + 1)
     from jax.flatten_util import ravel_pytree
     _, unravel = ravel_pytree(point.z)
     mean, scale = _preconditioner(point)

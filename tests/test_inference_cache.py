@@ -16,7 +16,7 @@ from scalinfer.models import get_model
 
 SETTINGS = dict(model="chinchilla", chains=2, warmup=150, samples=150)
 #: the programs a NUTS fit compiles (named after the functions `jax.jit`/`jax.pmap` wrap)
-PROGRAMS = ("scalinfer_start", "scalinfer_potential", "scalinfer_constrain", "scalinfer_nuts",
+PROGRAMS = ("scalinfer_start", "scalinfer_potential", "scalinfer_nuts",
             "scalinfer_log_likelihood")
 
 

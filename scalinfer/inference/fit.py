@@ -89,7 +89,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     if method == "bootstrap":
         raise ModelError(f"model {m.name!r} is Bayesian: use --method nuts, map or laplace")
 
-    from scalinfer.inference.optimize import find_map, laplace_draws
+    from scalinfer.inference.optimize import find_map, laplace_draws, laplace_flat
 
     kwargs = m.model_kwargs(data, constants)
     _log(f"{m.name}: {len(runs)} runs; finding the posterior mode", quiet)
@@ -111,7 +111,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     # start each chain at a different point of the Laplace approximation (over-dispersed a little), so
     # that R-hat can tell if chains disagree; fall back to jitter around the mode
     try:
-        _, flat = laplace_draws(point, chains, seed=seed + 1)
+        flat = laplace_flat(point, chains, seed=seed + 1)
     except ModelError:
         z0 = point.flat
         flat = z0[None] + 0.05 * np.random.default_rng(seed).normal(size=(chains, z0.shape[0]))
