@@ -235,3 +235,15 @@ def test_run_table_appends_never_duplicate(tmp_path):
         [{"run_id": "b", "loss": math.nan}]
     assert read_records(path) == [{"run_id": "a", "loss": 1.0}, {"run_id": "b", "loss": None}]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".runs.jsonl.lock", "runs.jsonl"]
+
+
+def test_tune_malloc_only_before_the_backend_and_on_request():
+    """`tune_malloc` applies in a fresh process, not once JAX runs or when the user opts out."""
+    code = ("from scalinfer.train.loop import tune_malloc; a = tune_malloc(); import jax.numpy as jnp; "
+            "jnp.ones(2).block_until_ready(); print(a, tune_malloc())")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    run = lambda **e: subprocess.run([sys.executable, "-c", code], env={**env, **e}, capture_output=True,  # noqa: E731
+                                     text=True, check=True, cwd=ROOT).stdout.split()
+    if sys.platform.startswith("linux"):
+        assert run() == ["True", "False"]
+    assert run(SCALINFER_NO_MALLOC_TUNING="1") == ["False", "False"]

@@ -50,7 +50,8 @@ from scalinfer.train.optimizer import decay_fn, make_optimizer, wsd_schedule
 from scalinfer.train.records import MetricsLog, append_records, read_records, write_file
 from scalinfer.train.schedule_file import Schedule, load_schedule
 
-__all__ = ["TrainState", "make_train_step", "make_eval_fn", "Plan", "make_plan", "train", "run_id_of"]
+__all__ = ["TrainState", "make_train_step", "make_eval_fn", "Plan", "make_plan", "train", "run_id_of",
+           "tune_malloc"]
 
 # Fields that do not change a run's results: a resume may change them.
 _NON_RESULT_FIELDS = ("stop_after_steps", "progress", "log_every", "eval_every", "checkpoint_every",
@@ -442,6 +443,40 @@ def _enable_compilation_cache() -> None:
         print(f"scalinfer: compilation cache disabled ({e})", file=sys.stderr)
 
 
+def tune_malloc() -> bool:
+    """Keep freed memory in glibc's heap so that a train step does not page-fault (Linux, CPU).
+
+    XLA:CPU allocates each step's temporary buffers (all the activations kept for the backward
+    pass; ~160 MB for cal-xs) with ``malloc`` from its worker threads. glibc serves requests
+    that large with a fresh ``mmap`` and returns them with ``munmap``, so every step touched its
+    memory anew: 41,700 minor page faults and 95 ms of kernel time per cal-xs step (the elementwise
+    fusions ran 5-10x slower inside the step than alone). With one arena, no ``mmap`` and no
+    trimming, the heap keeps its peak and the step reuses it: 2,000 faults, cal-xs 162 -> 117 ms
+    per step (measured on 2 cores). The cost: the process keeps its peak heap, and all threads
+    share one malloc arena. A 120-step cal-xs `train` run (compile included): 22.4 -> 17.3 s wall,
+    the same losses.
+
+    Only takes effect before JAX starts its CPU backend (the worker threads keep the arena they
+    started with), so `train` calls it first; returns whether it applied the settings. Skipped
+    with ``SCALINFER_NO_MALLOC_TUNING=1``, when any ``MALLOC_*`` or ``GLIBC_TUNABLES`` variable
+    is set (the user tunes malloc), on non-glibc systems, and when a backend already runs.
+    """
+    if os.environ.get("SCALINFER_NO_MALLOC_TUNING") == "1" or "GLIBC_TUNABLES" in os.environ \
+            or any(k.startswith("MALLOC_") for k in os.environ) or not sys.platform.startswith("linux"):
+        return False
+    from jax._src import xla_bridge
+    if xla_bridge.backends_are_initialized():
+        return False
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # musl or another libc
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
+    return bool(mallopt(M_ARENA_MAX, 1) & mallopt(M_MMAP_MAX, 0) & mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1))
+
+
 def _fresh_meta() -> dict[str, Any]:
     return {"step": 0, "tokens": 0, "position": 0, "wall_s": 0.0}
 
@@ -468,6 +503,7 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
         raise TrainError(f"train() needs a TrainConfig or a dict, got {type(config).__name__}")
     cfg = config
     check(cfg)
+    tune_malloc()
     parallel.initialize(cfg.multihost)
     _enable_compilation_cache()
     out = Path(out_dir)
