@@ -464,8 +464,11 @@ def tune_malloc() -> bool:
     if os.environ.get("SCALINFER_NO_MALLOC_TUNING") == "1" or "GLIBC_TUNABLES" in os.environ \
             or any(k.startswith("MALLOC_") for k in os.environ) or not sys.platform.startswith("linux"):
         return False
-    from jax._src import xla_bridge
-    if xla_bridge.backends_are_initialized():
+    try:  # a private JAX function: if it moves, the settings still apply (and may do nothing)
+        from jax._src.xla_bridge import backends_are_initialized
+    except ImportError:
+        backends_are_initialized = lambda: False  # noqa: E731
+    if backends_are_initialized():
         return False
     try:
         import ctypes
