@@ -361,6 +361,35 @@ def test_full_disk_appending_metrics_is_a_train_error(tmp_path, monkeypatch):
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
 
 
+def test_a_finished_run_without_its_sweep_info_is_recovered_and_exported(tmp_path, monkeypatch):
+    """The disk fills as the sweep writes a finished run's sweep_run.json: the next sweep of the file finds the
+    run done, writes a recovered sweep_run.json from its records, and `export` copies the run."""
+    from scalinfer.train.sweep import export
+
+    sweep = parse_sweep({"sweep": {"name": "s", "preset": "tiny"}, "run": [{"name": "r"}]}, "s.toml")
+    run = sweep.runs[0]
+    record = {"run_id": run.run_id, "loss": 3.0, "wall_time_s": 1.5}
+
+    def fake_train(cfg, d):  # what train() leaves behind: the run's own table
+        append_records(Path(d) / "runs.jsonl", [record])
+        return [record]
+
+    monkeypatch.setattr("scalinfer.train.loop.train", fake_train)
+    with monkeypatch.context() as m:
+        _half_write_then_enospc(m, "sweep_run.json")
+        with pytest.raises(TrainError, match="writes a recovered one"):
+            run_one(run, tmp_path, log=io.StringIO())
+    info_path = run.directory(tmp_path) / "sweep_run.json"
+    assert not info_path.exists()
+    assert export(tmp_path, tmp_path / "before") == []  # not exported while the file is missing
+
+    assert run_one(run, tmp_path, log=io.StringIO()) == "done"  # a later sweep: done, nothing trained again
+    info = json.loads(info_path.read_text())
+    assert info["run_id"] == run.run_id and info["recovered"] and info["wall_s"] is None
+    assert info["train_wall_s"] == {run.run_id: 1.5}
+    assert export(tmp_path, tmp_path / "after") == [run.directory(tmp_path).name]
+
+
 def test_full_disk_writing_a_sweep_runs_info_is_a_train_error(tmp_path, monkeypatch):
     """Simulates ENOSPC while a sweep writes a finished run's sweep_run.json (the training itself stubbed): a
     TrainError naming the file and the OS reason, no file or temporary file left in the run's folder."""

@@ -322,6 +322,27 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _recover_run_info(run: SweepRun, d: Path) -> None:
+    """A finished run whose ``sweep_run.json`` was never written (a full disk, a worker killed between its
+    last record and that file) gets one from its records, marked ``recovered``: without it `export` would
+    leave the run out, and since the run is done no later sweep would write it. The attempt's wall time,
+    start and host are unknown (None)."""
+    if (d / _RUN_INFO).exists():
+        return
+    records = _read_jsonl(d / _TABLE)
+    info = {
+        "name": run.name, "run_id": run.run_id, "index": run.index, "seed": run.config.seed,
+        "started": None, "finished": None, "wall_s": None, "attempts": None,
+        "train_wall_s": {r["run_id"]: r.get("wall_time_s") for r in records},
+        "diverged": [r["run_id"] for r in records if r.get("diverged")],
+        "host": None, "pid": None, "code": _code_commit(),
+        "recovered": f"written by a later sweep at {_now()}: the attempt that finished the run did not record it",
+    }
+    write_file(d / _RUN_INFO, json.dumps(info, indent=2) + "\n", "the sweep's record of the run",
+               f"the run is finished (its records are in {d / _TABLE}), but `export` leaves it out until this file "
+               f"exists: fix the cause (a full disk?) and run the sweep again")
+
+
 def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = False,
             log=sys.stderr, skip_failed_since: float | None = None) -> str:
     """Run (or resume) one configuration of a sweep in this process, if no other process holds it.
@@ -337,6 +358,7 @@ def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = Fa
 
     d = run.directory(out)
     if run_status(run, out).state == "done":
+        _recover_run_info(run, d)
         return "done"
     err = d / _ERROR
     if skip_failed_since is not None and err.exists() and err.stat().st_mtime >= skip_failed_since:
@@ -376,8 +398,9 @@ def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = Fa
         }
         write_file(info_path, json.dumps(info, indent=2) + "\n", "the sweep's record of the run",
                    f"the run finished and its records are in {d / _TABLE} (merged with the others), but this "
-                   f"attempt's wall time and host are not recorded and `export` leaves the run out: fix the cause "
-                   f"(a full disk?)")
+                   f"attempt's wall time and host are not recorded; the next `scalinfer sweep` of this file "
+                   f"writes a recovered one (until then `export` leaves the run out): fix the cause (a full "
+                   f"disk?)")
         if delete_checkpoints:
             for sub in ("checkpoints", "stable"):
                 shutil.rmtree(d / sub, ignore_errors=True)
