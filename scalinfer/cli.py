@@ -19,7 +19,6 @@ import importlib
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 from scalinfer.errors import ScalinferError

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from scalinfer.models import get_model
@@ -23,11 +25,10 @@ def simulate(model: str = "chinchilla", design: pd.DataFrame | None = None, para
                     meta={"simulated": True, "seed": seed, "true_params": params})
 
 
-def write_simulated(runs: RunTable, path, model: str) -> "os.PathLike":
+def write_simulated(runs: RunTable, path, model: str) -> Path:
     """Write a simulated table as CSV with a manifest beside it (model, version, seed, true parameters,
     scalinfer version), both atomically. The table is labelled simulated in its `dataset` column."""
     import json
-    from pathlib import Path
 
     from scalinfer import __version__
     from scalinfer._io import atomic_write_text

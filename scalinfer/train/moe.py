@@ -178,7 +178,7 @@ def moe_mlp(x_BxLxD, p: dict, cfg: ModelConfig, router_out: float, key=None, tra
     output [B, L, D] and `MoeStats`.
     """
     B, L, D = x_BxLxD.shape
-    E, K = cfg.n_experts, cfg.top_k
+    E = cfg.n_experts
     dt = x_BxLxD.dtype
     x_TxD = x_BxLxD.reshape(B * L, D)
     zero = jnp.zeros((), jnp.float32)

@@ -360,7 +360,7 @@ class CalibrationPlan:
                 f"{self.flops:.4g} FLOPs (full grid {self.full_grid_flops:.4g}, "
                 f"{self.full_grid_flops / self.flops:.2f}x)",
                 f"# target N={sp.target_N:.4g}, D={sp.target_D:.4g}; LR grids centred on {sp.prior}"
-                + (f" x {sp.lr_scale:g}" if sp.lr_scale != 1 else "") + f" at each size's middle D",
+                + (f" x {sp.lr_scale:g}" if sp.lr_scale != 1 else "") + " at each size's middle D",
                 "", "[sweep]", f"name = {_toml(sp.name)}", f"preset = {_toml(sp.preset)}", "",
                 "[base]", f"seed = {sp.seed}"] + ([f"eval_tokens = {sp.eval_tokens}"] if sp.eval_tokens else []) + [
                 "",
