@@ -117,7 +117,8 @@ def main(argv=None) -> int:
             for ci in (0.5, 0.9):
                 lo, hi = np.quantile(logd, [(1 - ci) / 2, (1 + ci) / 2])
                 hits[ci][q].append(bool(lo <= truth[q] <= hi))
-            line.append(f"{q} tau {params['tau_lr' if q == 'lr_opt' else 'tau_b']:.3f} truth {np.exp(truth[q]):.3g} median {np.exp(np.median(logd)):.3g} "
+            tau = params["tau_lr" if q == "lr_opt" else "tau_b"]
+            line.append(f"{q} tau {tau:.3f} truth {np.exp(truth[q]):.3g} median {np.exp(np.median(logd)):.3g} "
                         f"in50 {int(hits[0.5][q][-1])} in90 {int(hits[0.9][q][-1])}")
         s = fit.summary()
         rh = [v["r_hat"] for v in s.values() if np.isfinite(v["r_hat"])]

@@ -362,7 +362,6 @@ def surface_benchmark(args) -> None:
         rows.append(("scalinfer f64 (2nd fit)", warm64["wall_s"], warm64["xla_compile_s"], warm64["timings"]["nuts_s"],
                      warm64["diag"], eps["warm_float64"], warm64))
     rows += [
-
         ("nutpie cold", npie["wall_s"], npie["compile_s"], npie["sampling_s"], npie["diag"], eps["nutpie"], npie),
     ]
     if npie_map:

@@ -62,7 +62,7 @@ def test_hessian_by_differences_matches_jax_on_a_student_t_scaling_law():
     data, c = m.prepare(runs)
     kw = m.model_kwargs(data, c)
     point = find_map(m.model, kw, m.init_values(data, c))
-    # this table's Newton path needs step lengths below 2^-8: more halvings than one batch of trial steps
+    # this table's Newton path needs steps shorter than 2^-7: more halvings than one batch (8 rows) holds
     assert point.converged
     flat, unravel = ravel_pytree({k: jnp.asarray(v) for k, v in point.z.items()})
     exact = jax.hessian(lambda v: potential_energy(m.model, (), kw, unravel(v)))(flat)

@@ -36,9 +36,11 @@ RHAT_MAX, ESS_MIN = 1.01, 400
 #: NUTS's tree depth cap in warmup. Early warmup runs on a mass matrix not yet adapted, where NUTS builds its
 #: longest trees: on Step Law's surface (4 x 1,000 warmup) the first 250 iterations took ~400 leapfrog steps
 #: each, the next 250 ~40 and the rest 18, so three quarters of the fit's gradients went to iterations whose
-#: only use is to feed the step size and the first mass-matrix windows. Capped at 63 steps, those iterations still move the chain and
-#: still give the windows their draws: NUTS took 36 s instead of 67 s, with the same 15 steps per draw after
-#: warmup and a higher minimum bulk ESS (2,391 against 1,618).
+#: only use is to feed the step size and the first mass-matrix windows. Capped at 63 steps, those iterations
+#: still move the chain and still give the windows their draws: NUTS took 36 s instead of 67 s, with the
+#: same 15 steps per draw after warmup and a higher minimum bulk ESS (2,391 against 1,618). A cap of 5 was
+#: faster on Step Law but left the adaptation unfinished on smaller tables with 500 warmup (107-624 steps
+#: per draw after warmup, against 38-161 at 6).
 WARMUP_TREE_DEPTH = 6
 
 

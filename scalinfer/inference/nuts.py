@@ -127,8 +127,9 @@ def _chain_fn(model_fn, static, warmup: int, samples: int, adapt: str, target_ac
 @program
 def _nuts_program(model_fn, static, warmup, samples, adapt, target_accept, max_tree_depth, potential_dtype, chains,
                   parallel):
-    """`max_tree_depth` is (in warmup, after warmup), as NumPyro's `hmc` takes it. The compiled program: one chain (`jax.jit`), or `chains` chains on as many devices. The parallel form is
-    what `jax.pmap(chain, in_axes=(0, 0, None))` is in this JAX (a `jit` of a `shard_map` over a mesh of the
+    """The compiled program: one chain (`jax.jit`), or `chains` chains on as many devices; `max_tree_depth` is
+    (in warmup, after warmup), as NumPyro's `hmc` takes it. The parallel form is what
+    `jax.pmap(chain, in_axes=(0, 0, None))` is in this JAX (a `jit` of a `shard_map` over a mesh of the
     devices), written out so that the program keeps its name in JAX's compile logs and cache."""
     fn = _chain_fn(model_fn, static, warmup, samples, adapt, target_accept, max_tree_depth, potential_dtype)
     if not parallel:

@@ -18,8 +18,9 @@ Everything here runs on one compiled program per model and data shapes, `_batch_
   from an exactly differentiated Hessian (`jax.hessian`). On Step Law L-BFGS stopped at its 2,000-iteration
   cap with a gradient of 134 (the posterior's curvatures span 1e-1 to 1e8, beyond what 10 memory pairs
   span; scipy's L-BFGS-B with 30 pairs did no better in 5,000 iterations), and the two programs took 15 s of
-  the fit's 21 s to compile. The batched gradient compiles in ~2.5 s; `fit(method="map")` now takes ~6 s
-  in a new process with an empty compilation cache, ~1.5 s with the cache.
+  the fit's 21 s to compile. The batched gradient compiles in ~2.5 s; `fit(method="map")` now takes 5-6 s
+  in a new process with an empty compilation cache, and the MAP step of a fit 2.4 s in a new process with a
+  warm cache (`benchmarks/fit_speed.py`), 0.8-1.6 s as the second fit in a process.
 - **Why differences, not `jax.hessian`.** The forward-over-reverse Hessian compiled in 6 s on that table,
   the batched gradient in 2 s, and the Hessian is needed only to the accuracy of differences: forward ones
   for Newton's steps, central ones (h = eps^(1/3), error ~1e-10 relative) at the mode for the Laplace

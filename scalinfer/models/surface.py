@@ -90,15 +90,15 @@ Priors (weakly informative on the scales involved; x, z, y in natural-log units)
   ``sigma1 ~ HalfNormal(0.5)``: the misfit is a fraction of the predicted excess loss;
   ``nu ~ Gamma(2, 0.1)``: the usual weakly informative prior on Student-t degrees of freedom.
 
-Geometry: the fit starts from a per-setting point estimate (`init_values`) refined by saddle-free Newton
-steps to the joint mode (`scalinfer.inference.optimize`); NUTS then runs on coordinates scaled by the Laplace standard deviations (`scalinfer.inference.fit`),
-so parameters pinned to 1e-4 (the loss levels) and ones known to 0.5 (the offsets) are all O(1), and a dense
-mass matrix adapts to the correlation that is left (between the laws' intercepts and the curvatures). On
-Step Law's 1,911 runs this samples at ~16 leapfrog steps per draw after warmup with no divergences (4 x
-(1,000 + 1,000) in 14 s of NUTS on 2 cores with the potential in float32, 25 s in float64,
-`benchmarks/fit_speed.py`). Centering the optima of settings
-whose runs bracket them was tried and dropped: no fewer steps per draw, and the joint mode then sits at
-tau_lr = tau_b = 0 (the centered funnel's neck), a useless start and scale for NUTS;
+Geometry: the fit starts from a per-setting point estimate (`init_values`) refined by saddle-free Newton steps
+to the joint mode (`scalinfer.inference.optimize`); NUTS then runs on coordinates scaled by the Laplace
+standard deviations (`scalinfer.inference.fit`), so parameters pinned to 1e-4 (the loss levels) and ones known
+to 0.5 (the offsets) are all O(1), and a dense mass matrix adapts to the correlation that is left (between the
+laws' intercepts and the curvatures). On Step Law's 1,911 runs this samples at ~16 leapfrog steps per draw
+after warmup with no divergences (4 x (1,000 + 1,000) in 14 s of NUTS on 2 cores with the potential in
+float32, 25 s in float64, `benchmarks/fit_speed.py`). Centering the optima of settings whose runs bracket them
+was tried and dropped: no fewer steps per draw, and the joint mode then sits at tau_lr = tau_b = 0 (the
+centered funnel's neck), a useless start and scale for NUTS;
 per-batch jitter of the ridge and per-setting valley shapes were tried and dropped: they added 100+
 parameters and kept NUTS at its maximum tree depth (a 4 x 600-iteration fit did not finish in 13 minutes).
 """

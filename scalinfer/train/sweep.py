@@ -322,6 +322,14 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _run_info(run: SweepRun, records: list[dict[str, Any]], **attempt: Any) -> dict[str, Any]:
+    """The content of a finished run's ``sweep_run.json``: the run, its records' wall times and divergences,
+    the code, and ``attempt`` (started, finished, wall_s, attempts, host, pid)."""
+    return {"name": run.name, "run_id": run.run_id, "index": run.index, "seed": run.config.seed, **attempt,
+            "train_wall_s": {r["run_id"]: r.get("wall_time_s") for r in records},
+            "diverged": [r["run_id"] for r in records if r.get("diverged")], "code": _code_commit()}
+
+
 def _recover_run_info(run: SweepRun, d: Path) -> None:
     """A finished run whose ``sweep_run.json`` was never written (a full disk, a worker killed between its
     last record and that file) gets one from its records, marked ``recovered``: without it `export` would
@@ -329,15 +337,9 @@ def _recover_run_info(run: SweepRun, d: Path) -> None:
     start and host are unknown (None)."""
     if (d / _RUN_INFO).exists():
         return
-    records = _read_jsonl(d / _TABLE)
-    info = {
-        "name": run.name, "run_id": run.run_id, "index": run.index, "seed": run.config.seed,
-        "started": None, "finished": None, "wall_s": None, "attempts": None,
-        "train_wall_s": {r["run_id"]: r.get("wall_time_s") for r in records},
-        "diverged": [r["run_id"] for r in records if r.get("diverged")],
-        "host": None, "pid": None, "code": _code_commit(),
-        "recovered": f"written by a later sweep at {_now()}: the attempt that finished the run did not record it",
-    }
+    info = _run_info(run, _read_jsonl(d / _TABLE), started=None, finished=None, wall_s=None, attempts=None,
+                     host=None, pid=None)
+    info["recovered"] = f"written by a later sweep at {_now()}: the attempt that finished the run did not record it"
     write_file(d / _RUN_INFO, json.dumps(info, indent=2) + "\n", "the sweep's record of the run",
                f"the run is finished (its records are in {d / _TABLE}), but `export` leaves it out until this file "
                f"exists: fix the cause (a full disk?) and run the sweep again")
@@ -386,16 +388,10 @@ def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = Fa
             return "stopped"
         info_path = d / _RUN_INFO
         previous = json.loads(info_path.read_text()) if info_path.exists() else {}
-        info = {
-            "name": run.name, "run_id": run.run_id, "index": run.index, "seed": run.config.seed,
-            "started": previous.get("started", started), "finished": _now(),
-            # a resumed run adds this attempt to the earlier ones
-            "wall_s": round(previous.get("wall_s", 0.0) + wall, 3),
-            "attempts": previous.get("attempts", 0) + 1,
-            "train_wall_s": {r["run_id"]: r.get("wall_time_s") for r in records},
-            "diverged": [r["run_id"] for r in records if r.get("diverged")],
-            "host": platform.node(), "pid": os.getpid(), "code": _code_commit(),
-        }
+        # a resumed run adds this attempt to the earlier ones (a recovered file's unknowns count as none)
+        info = _run_info(run, records, started=previous.get("started") or started, finished=_now(),
+                         wall_s=round((previous.get("wall_s") or 0.0) + wall, 3),
+                         attempts=(previous.get("attempts") or 0) + 1, host=platform.node(), pid=os.getpid())
         write_file(info_path, json.dumps(info, indent=2) + "\n", "the sweep's record of the run",
                    f"the run finished and its records are in {d / _TABLE} (merged with the others), but this "
                    f"attempt's wall time and host are not recorded; the next `scalinfer sweep` of this file "
