@@ -19,7 +19,8 @@ Default, ``--model surface``: the ``surface`` model on Step Law's 1,911 dense ru
    modes of this posterior (e.g. a large scatter tau_lr of the optimal LRs with a near-linear LR valley), which
    no amount of sampling speed makes up for; this row separates sampler speed from initialisation;
 6. blackjax, cold (``--no-blackjax`` skips it): scalinfer's MAP, Laplace-scaled coordinates and chain starts,
-   then blackjax's window adaptation (dense mass matrix, target acceptance 0.9, as scalinfer) and NUTS on the
+   then blackjax's window adaptation (dense mass matrix with Stan's regularization, target acceptance 0.9, as
+   scalinfer) and NUTS on the
    NumPyro potential, one chain per CPU device (``jax.pmap``).
 7. scalinfer with a float64 potential (``--no-float64`` skips it): the surface model's NUTS evaluates its
    potential in float32 (``Surface.potential_dtype``; nutpie and blackjax run float64); this row is the same

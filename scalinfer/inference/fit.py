@@ -64,7 +64,9 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     chains, warmup, samples : NUTS settings (``samples`` draws per chain after ``warmup``).
     seed : everything random follows from it.
     adapt : mass-matrix adaptation in NUTS's warmup (on coordinates scaled by the Laplace standard
-        deviations at the mode): ``"dense"`` (default), ``"diag"`` or ``"none"``.
+        deviations at the mode): ``"dense"`` (default; a window of fewer than twice as many draws as
+        parameters gives a matrix with shrunk correlations, see `scalinfer.inference.nuts.shrunk_covariance`),
+        ``"diag"`` or ``"none"``.
     potential_dtype : ``"float32"`` or ``"float64"``: the float type NUTS evaluates the log density in
         (default: the model's `potential_dtype`; float32 is ~1.8x faster per gradient on CPU). The mode,
         its curvature and the draws' constrained values are float64 either way.
