@@ -119,6 +119,17 @@ def test_shrunk_covariance_keeps_strong_correlations_and_uses_only_the_masked_ro
     np.testing.assert_allclose(cov[2, :2], (1 - lam) * sample[2, :2], rtol=1e-10)
 
 
+def test_shrunk_covariance_of_a_stuck_coordinate_is_finite():
+    from scalinfer.inference.nuts import shrunk_covariance
+
+    x = np.random.default_rng(2).normal(size=(30, 4))
+    x[:, 1] = 0.7  # never moved
+    cov, _ = (np.asarray(v) for v in shrunk_covariance(x, np.ones(30, bool)))
+    assert np.all(np.isfinite(cov)) and np.abs(cov[1]).max() < 1e-20 and np.abs(cov[:, 1]).max() < 1e-20
+    cov, _ = (np.asarray(v) for v in shrunk_covariance(np.ones((30, 4)), np.ones(30, bool)))  # all stuck
+    assert np.all(np.isfinite(cov)) and np.abs(cov).max() < 1e-20
+
+
 def test_only_windows_shorter_than_twice_the_dimension_are_shrunk():
     from scalinfer.inference.nuts import _window_shrinkage
 

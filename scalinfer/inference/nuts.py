@@ -141,17 +141,19 @@ def shrunk_covariance(x, mask):
     Schafer and Strimmer's (2005) target "D": the sample variances are kept and every correlation r_ij is
     multiplied by 1 - lambda, with lambda = sum_{i != j} Var(r_ij) / sum_{i != j} r_ij^2 clipped to [0, 1],
     Var(r_ij) estimated from the n products of the standardized rows. The result is positive definite for
-    any n >= 2 (lambda > 0 when n <= d), where the sample covariance is singular."""
+    any n >= 2 (lambda > 0 when n <= d), where the sample covariance is singular, unless a coordinate did not
+    move: its variance is 0, as in NumPyro's estimate, and NumPyro's regularization makes it positive."""
     m = mask[:, None].astype(x.dtype)
     n = m.sum()
     xc = (x - (x * m).sum(0) / n) * m
     sd = jnp.sqrt((xc ** 2).sum(0) / (n - 1))
-    u = xc / sd
+    u = xc / jnp.where(sd > 0, sd, 1.0)  # a coordinate that never moved (a stuck chain) has variance 0
     prod = u.T @ u  # (n - 1) * correlations
     var_r = n / (n - 1) ** 3 * ((u ** 2).T @ (u ** 2) - prod ** 2 / n)
     off = 1.0 - jnp.eye(x.shape[1], dtype=x.dtype)
     r = prod / (n - 1) * off
-    lam = jnp.clip(jnp.sum(var_r * off) / jnp.sum(r ** 2), 0.0, 1.0)
+    signal = jnp.sum(r ** 2)
+    lam = jnp.where(signal > 0, jnp.clip(jnp.sum(var_r * off) / jnp.where(signal > 0, signal, 1.0), 0.0, 1.0), 1.0)
     corr = (1.0 - lam) * r + jnp.eye(x.shape[1], dtype=x.dtype)
     return sd[:, None] * corr * sd[None, :], n
 
