@@ -8,6 +8,8 @@
 - ENOSPC while writing a run record (the trainer's table, ``append_records``, the sweep's merged table):
   a `TrainError` naming the file, the previous table byte for byte as it was, no temporary file left. The same
   for the run's ``config.json``, the metrics log and a sweep run's ``sweep_run.json``.
+- A damaged ``config.json`` on resume, or ``sweep_run.json`` at export: a one-line `TrainError` naming the file
+  and saying what to do, nothing changed.
 
 One tiny training run (20 steps of 2048 tokens, checkpoints every 5 steps, stopped after 10) is shared by
 the checkpoint tests; each test damages its own copy and resumes it.
@@ -403,3 +405,40 @@ def test_full_disk_writing_a_sweep_runs_info_is_a_train_error(tmp_path, monkeypa
     path = run.directory(tmp_path) / "sweep_run.json"
     assert f"{path}" in str(info.value) and "No space left on device" in str(info.value)
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp") or p.name == path.name]
+
+
+def test_damaged_config_on_resume_is_a_train_error_naming_it(interrupted, tmp_path):
+    """An interrupted run whose config.json was cut short (a crash of an older version, a bad edit): the
+    resume is a one-line TrainError naming the file and where it stops parsing, and the folder is untouched."""
+    out = tmp_path / "run"
+    shutil.copytree(interrupted[0], out)
+    cfg = out / "config.json"
+    cfg.write_text(cfg.read_text()[:40])
+    before = _folder(out)
+    with pytest.raises(TrainError) as info:
+        train(_config(), out)
+    msg = str(info.value)
+    assert f"{cfg} is damaged: not JSON (line" in msg and "nothing was trained" in msg and "\n" not in msg
+    assert _folder(out) == before
+
+
+def test_damaged_sweep_info_at_export_is_a_train_error_naming_it(tmp_path, monkeypatch):
+    """A finished run's sweep_run.json is not JSON: `export` names the file and what to do, and writes nothing."""
+    from scalinfer.train.sweep import export
+
+    sweep = parse_sweep({"sweep": {"name": "s", "preset": "tiny"}, "run": [{"name": "r"}]}, "s.toml")
+    run = sweep.runs[0]
+    record = {"run_id": run.run_id, "loss": 3.0, "wall_time_s": 1.5}
+
+    def fake_train(cfg, d):
+        append_records(Path(d) / "runs.jsonl", [record])
+        return [record]
+
+    monkeypatch.setattr("scalinfer.train.loop.train", fake_train)
+    assert run_one(run, tmp_path, log=io.StringIO()) == "done"
+    info_path = run.directory(tmp_path) / "sweep_run.json"
+    info_path.write_bytes(b"\xff\xfe{")
+    with pytest.raises(TrainError, match="is damaged: not UTF-8") as info:
+        export(tmp_path, tmp_path / "exported")
+    assert f"{info_path}" in str(info.value) and "restore the file" in str(info.value)
+    assert not (tmp_path / "exported").exists()

@@ -47,7 +47,7 @@ from scalinfer.train import parallel
 from scalinfer.train.checkpoint import Checkpointer
 from scalinfer.train.config import ModelConfig, TrainConfig, check, config_from_dict, config_to_dict, preset
 from scalinfer.train.optimizer import decay_fn, make_optimizer, wsd_schedule
-from scalinfer.train.records import MetricsLog, append_records, read_records, write_file
+from scalinfer.train.records import MetricsLog, append_records, read_json, read_records, write_file
 from scalinfer.train.schedule_file import Schedule, load_schedule
 
 __all__ = ["TrainState", "make_train_step", "make_eval_fn", "Plan", "make_plan", "train", "run_id_of",
@@ -295,7 +295,8 @@ def _check_resume_config(out: Path, cfg: TrainConfig) -> None:
     path = out / "config.json"
     now = config_to_dict(cfg)
     if path.exists():
-        before = json.loads(path.read_text())
+        before = read_json(path, "the run's configuration",
+                           "nothing was trained: restore it (the run's other files are intact) or use a new out_dir")
         diff = sorted(k for k in set(before) | set(now)
                       if k not in _NON_RESULT_FIELDS and before.get(k) != now.get(k))
         if diff:

@@ -13,7 +13,8 @@ Metrics (``metrics.jsonl``): one line per logged step; on resume the lines after
 step (and a torn last line from a killed process) are removed, again by atomic rewrite. A failed
 append is a `TrainError` naming the log.
 
-Other small files (a run's ``config.json``, a sweep's ``sweep_run.json``...) go through `write_file`:
+Other small files (a run's ``config.json``, a sweep's ``sweep_run.json``...) are read by `read_json` (a damaged
+one is a `TrainError` naming it) and go through `write_file`:
 atomic, and a failed write is a `TrainError` naming the file and the OS reason.
 """
 
@@ -40,6 +41,20 @@ def write_file(path: Path, text: str, what: str, unchanged: str) -> Path:
         return atomic_write_text(path, text)
     except OSError as e:
         raise TrainError(f"cannot write {what} {path} ({e.strerror or e}); {unchanged}") from e
+
+
+def read_json(path: Path, what: str, hint: str) -> Any:
+    """The JSON value in ``path``; a damaged file (not JSON, not UTF-8) or a failed read is a `TrainError`
+    naming ``what``, the file and the reason, then ``hint`` (what to do)."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise TrainError(f"{what} {path} is damaged: not JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+                         f"{hint}") from None
+    except UnicodeDecodeError as e:
+        raise TrainError(f"{what} {path} is damaged: not UTF-8 text (byte {e.start}); {hint}") from None
+    except OSError as e:
+        raise TrainError(f"cannot read {what} {path} ({e.strerror or e}); {hint}") from e
 
 
 @contextlib.contextmanager

@@ -71,7 +71,7 @@ from typing import Any, Iterator, Sequence
 from scalinfer._io import atomic_write_text
 from scalinfer.errors import ScalinferError, TrainError
 from scalinfer.train.config import TrainConfig, config_from_dict, config_to_dict, preset
-from scalinfer.train.records import write_file
+from scalinfer.train.records import read_json, write_file
 
 __all__ = [
     "SweepRun", "Sweep", "RunStatus", "SweepResult", "load_sweep", "parse_sweep", "expand_sweep",
@@ -387,7 +387,9 @@ def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = Fa
                   file=log, flush=True)
             return "stopped"
         info_path = d / _RUN_INFO
-        previous = json.loads(info_path.read_text()) if info_path.exists() else {}
+        previous = read_json(info_path, "the sweep's record of the run's earlier attempts",
+                             f"the run finished and its records are in {d / _TABLE}; delete the file and the next "
+                             f"`scalinfer sweep` of this file writes a recovered one") if info_path.exists() else {}
         # a resumed run adds this attempt to the earlier ones (a recovered file's unknowns count as none)
         info = _run_info(run, records, started=previous.get("started") or started, finished=_now(),
                          wall_s=round((previous.get("wall_s") or 0.0) + wall, 3),
@@ -522,8 +524,9 @@ def _manifest(out: Path, sweep: Sweep | None, status: dict[str, RunStatus], by_i
     entries += [(k, None) for k in by_id if k not in {e[0] for e in entries}]
     for rid, r in entries:
         d = out / _RUNS / rid
-        info = json.loads((d / _RUN_INFO).read_text()) if (d / _RUN_INFO).exists() else {}
-        cfg = config_to_dict(r.config) if r else (json.loads((d / "config.json").read_text())
+        hint = "nothing was exported: restore the file (or move the run's folder out of runs/ to export without it)"
+        info = read_json(d / _RUN_INFO, "the sweep's record of the run", hint) if (d / _RUN_INFO).exists() else {}
+        cfg = config_to_dict(r.config) if r else (read_json(d / "config.json", "the run's configuration", hint)
                                                    if (d / "config.json").exists() else None)
         st = status.get(r.name) if r else None
         runs.append({
