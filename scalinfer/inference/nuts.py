@@ -107,9 +107,10 @@ def _chain_fn(model_fn, static, warmup: int, samples: int, adapt: str, target_ac
                 "step_size": jnp.zeros(max(warmup, 1), jnp.result_type(float))}
 
         # dense adaptation: short windows' mass matrices from `shrunk_covariance` (see `_window_shrinkage`)
-        shrink = _window_shrinkage(warmup, jnp.size(init_w)) if adapt == "dense" else None
-        if shrink is not None:
-            rows, shrink = shrink
+        shrinkage = _window_shrinkage(warmup, jnp.size(init_w)) if adapt == "dense" else None
+        shrink = None
+        if shrinkage is not None:
+            rows, shrink = shrinkage
             warm["w"] = jnp.zeros((rows, jnp.size(init_w)), jnp.result_type(state.z))
 
         def step(i, carry):
@@ -152,8 +153,8 @@ def shrunk_covariance(x, mask):
     var_r = n / (n - 1) ** 3 * ((u ** 2).T @ (u ** 2) - prod ** 2 / n)
     off = 1.0 - jnp.eye(x.shape[1], dtype=x.dtype)
     r = prod / (n - 1) * off
-    signal = jnp.sum(r ** 2)
-    lam = jnp.where(signal > 0, jnp.clip(jnp.sum(var_r * off) / jnp.where(signal > 0, signal, 1.0), 0.0, 1.0), 1.0)
+    # (no correlation at all: r = 0, and lambda does not matter)
+    lam = jnp.clip(jnp.sum(var_r * off) / jnp.maximum(jnp.sum(r ** 2), jnp.finfo(x.dtype).tiny), 0.0, 1.0)
     corr = (1.0 - lam) * r + jnp.eye(x.shape[1], dtype=x.dtype)
     return sd[:, None] * corr * sd[None, :], n
 
