@@ -10,9 +10,16 @@ grid's *winning* LR (`grid_winner`): the grid's best LR is a noisy argmin over L
 continuous optimum that ``lr_opt`` describes. And the model's best LR at the batch of the grid's best cell
 (``lr_opt_at_batch``): eta* moves with the batch, so that is the like-for-like comparison when the grid's best
 batch is not the predicted B*. Then the full dense table (all 1,911 runs): wall time (compilation
-included), R-hat, divergences.
+included), R-hat, divergences. The same held-out rows for the model with ``size_scatter`` (each model size
+scatters around the laws).
+
+Held out by size: for each size N_k after the first, fit the runs with N < N_k and predict every setting of
+N_k (13 settings in all), with and without size scatter: how many 90% intervals of lr_opt and batch_opt hold
+the grid's best run's LR and batch. A calibrated model holds ~90% of them; this is the check of honest
+extrapolation in N on real data that one held-out size cannot give.
 
     .venv/bin/python benchmarks/steplaw_lr.py [--chains 4 --warmup 500 --samples 1000] [--skip-full]
+        [--skip-by-size]
 
 Prints a table, then as its LAST line one JSON object with the figures. Reads the dataset in place from
 ``../shared/datasets/steplaw/`` (relative to the repository root); exits with a message if it is absent.
@@ -38,7 +45,12 @@ TARGET_D = (2e10, 5.69e10)
 
 def grid_truth(full, D: float) -> dict:
     """The held-out grid at (TARGET_N, D): its best run and the table of its runs."""
-    g = full[(full["N"] == TARGET_N) & (full["D"] == D)]
+    return grid_truth_at(full, TARGET_N, D)
+
+
+def grid_truth_at(full, N: float, D: float) -> dict:
+    """The grid at (N, D): its best run and the table of its runs."""
+    g = full[(full["N"] == N) & (full["D"] == D)]
     g = g[np.isfinite(g["loss"])]
     best = g.loc[g["loss"].idxmin()]
     return {"grid": g, "best_lr": float(best["lr"]), "best_batch": float(best["batch_tokens"]),
@@ -105,6 +117,43 @@ def grid_winner(fit, truth: dict, D: float, ci: float, seed: int = 0) -> dict:
             "observed_in_set": truth["best_lr"] in kept, "probabilities": {f"{k:.4g}": v for k, v in prob.items()}}
 
 
+def held_out_by_size(path: str, full, args, size_scatter: bool) -> dict:
+    """Fit N < N_k, predict each setting of N_k, for every size N_k after the first; count the 90% hits."""
+    import scalinfer
+
+    sizes = sorted(full["N"].unique())
+    rows, t0 = [], time.perf_counter()
+    for N in sizes[1:]:
+        runs = scalinfer.load_runs(path, format="steplaw", where=f"N < {float(N) * (1 - 1e-9)!r}")
+        fit = scalinfer.fit(runs, model="surface", chains=args.chains, warmup=args.warmup, samples=args.samples,
+                            seed=args.seed, size_scatter=size_scatter)
+        for D in sorted(full.loc[full["N"] == N, "D"].unique()):
+            t = grid_truth_at(full, N, D)
+            p = fit.predict(N=N, D=D, ci=args.ci)
+            (lr, lo, hi), (b, blo, bhi) = (tuple(float(v) for v in p.interval(k)) for k in ("lr_opt", "batch_opt"))
+            rows.append({"N": float(N), "D": float(D), "n_sizes_fit": int(fit.constants["n_sizes"]),
+                         "lr_opt": lr, "lr_lo": lo, "lr_hi": hi, "best_lr": t["best_lr"],
+                         "lr_hit": bool(lo <= t["best_lr"] <= hi), "batch_opt": b, "batch_lo": blo,
+                         "batch_hi": bhi, "best_batch": t["best_batch"],
+                         "batch_hit": bool(blo <= t["best_batch"] <= bhi),
+                         "divergences": fit.divergences})
+    return {"rows": rows, "n": len(rows), "lr_hits": sum(r["lr_hit"] for r in rows),
+            "batch_hits": sum(r["batch_hit"] for r in rows), "wall_s": time.perf_counter() - t0}
+
+
+def print_by_size(name: str, res: dict) -> None:
+    print(f"\nheld out by size, {name}: 90% intervals (fit N < N_k, predict every setting of N_k)")
+    print(f"{'N':>9} {'D':>8} {'sizes':>5}  {'lr_opt [90%]':<30}{'best lr':>9} {'hit':>4}  {'batch_opt [90%]':<30}"
+          f"{'best B':>9} {'hit':>4}")
+    for r in res["rows"]:
+        lr = f"{r['lr_opt']:.3g} [{r['lr_lo']:.3g}, {r['lr_hi']:.3g}]"
+        b = f"{r['batch_opt']:.3g} [{r['batch_lo']:.3g}, {r['batch_hi']:.3g}]"
+        print(f"{r['N']:>9.3g} {r['D']:>8.3g} {r['n_sizes_fit']:>5}  {lr:<30}{r['best_lr']:>9.3g} "
+              f"{'yes' if r['lr_hit'] else 'no':>4}  {b:<30}{r['best_batch']:>9.3g} {'yes' if r['batch_hit'] else 'no':>4}")
+    print(f"lr_opt holds the grid's best LR in {res['lr_hits']} of {res['n']}, batch_opt its best batch in "
+          f"{res['batch_hits']} of {res['n']} ({res['wall_s']:.0f} s)")
+
+
 def print_table(rows: list[dict]) -> None:
     print(f"\nheld-out N = {TARGET_N:,}: 90% intervals; regret = loss of the grid run nearest the predicted "
           "(lr, batch) over the grid's best, in %")
@@ -129,6 +178,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ci", type=float, default=0.9)
     ap.add_argument("--skip-full", action="store_true", help="skip the fit to all 1,911 runs")
+    ap.add_argument("--skip-by-size", action="store_true", help="skip the held-out-by-size check (8 fits)")
     args = ap.parse_args(argv)
     if not Path(args.dataset).exists():
         print(f"dataset not found: {args.dataset} (the Step Law CSV is read in place, never copied)", file=sys.stderr)
@@ -152,6 +202,12 @@ def main(argv=None) -> int:
     s = fit.summary()
     rows = [evaluate("surface (this model)", from_fit(fit, args.ci), truths)]
     report["heldout"] = {"wall_s": wall, "load_after": os.getloadavg()[0], **_diag(fit, s)}
+    t0 = time.perf_counter()
+    fs = scalinfer.fit(runs, model="surface", chains=args.chains, warmup=args.warmup, samples=args.samples,
+                       seed=args.seed, size_scatter=True)
+    report["heldout_size_scatter"] = {"wall_s": time.perf_counter() - t0, **_diag(fs, fs.summary()),
+                                      "steps_per_draw": float(fs.tree["sample_stats"]["n_steps"].mean())}
+    rows.append(evaluate("surface + size scatter", from_fit(fs, args.ci), truths))
     for vertex, label in (("quadratic", "classic (quadratic vertex)"), ("best", "classic (best run)")):
         c = scalinfer.fit(runs, model="classic", vertex=vertex, samples=args.samples, chains=args.chains,
                           seed=args.seed)
@@ -162,6 +218,10 @@ def main(argv=None) -> int:
     rows.append(evaluate("Step Law formula", sl, truths))
     print_table(rows)
     h = report["heldout"]
+    hs = report["heldout_size_scatter"]
+    print(f"held-out fit with size scatter: {hs['wall_s']:.0f} s wall, R-hat max {hs['rhat_max']:.3f}, "
+          f"{hs['divergences']} divergences ({hs['divergent_pct']:.2f}%), min bulk ESS {hs['ess_min']:.0f}, "
+          f"{hs['steps_per_draw']:.0f} leapfrog steps per draw")
     print(f"\nheld-out fit: {h['wall_s']:.0f} s wall (load {report['load_before']:.1f}->{h['load_after']:.1f}), "
           f"R-hat max {h['rhat_max']:.3f}, {h['divergences']} divergences ({h['divergent_pct']:.2f}%), "
           f"min bulk ESS {h['ess_min']:.0f}")
@@ -187,6 +247,11 @@ def main(argv=None) -> int:
               + f"; observed winner {truths[D]['best_lr']:.3g} has {100 * w['p_observed_winner']:.0f}%, "
               f"{'inside' if w['observed_in_set'] else 'outside'} the {100 * args.ci:.0f}% set of winners")
 
+    if not args.skip_by_size:
+        report["held_out_by_size"] = {}
+        for name, flag in (("surface", False), ("surface + size scatter", True)):
+            res = report["held_out_by_size"][name] = held_out_by_size(args.dataset, full, args, flag)
+            print_by_size(name, res)
     if not args.skip_full:
         runs_all = scalinfer.load_runs(args.dataset, format="steplaw")
         load0 = os.getloadavg()[0]
@@ -211,6 +276,8 @@ def main(argv=None) -> int:
     print(f"predict on a 100 x 100 (N, D) grid from {report['predict_grid_draws']} draws: "
           f"{report['predict_grid_100x100_s']:.2f} s")
     summary = {
+        "held_out_by_size_hits": {k: {"lr": v["lr_hits"], "batch": v["batch_hits"], "n": v["n"]}
+                                  for k, v in report.get("held_out_by_size", {}).items()},
         "lr_hits": {r["method"]: [t["lr_hit"] for t in r["targets"].values()] for r in rows},
         "regret_pct": {r["method"]: [round(t["regret_pct"], 4) for t in r["targets"].values()] for r in rows},
     }

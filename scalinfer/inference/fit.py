@@ -51,7 +51,7 @@ def _log(msg: str, quiet: bool) -> None:
 
 def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = None, chains: int = 4,
         warmup: int = 500, samples: int = 500, seed: int = 0, adapt: str = "dense",
-        target_accept: float = 0.9, warmup_tree_depth: int = WARMUP_TREE_DEPTH, quiet: bool = True,
+        target_accept: float | None = None, warmup_tree_depth: int = WARMUP_TREE_DEPTH, quiet: bool = True,
         potential_dtype: str | None = None, **options: Any) -> Fit:
     """Fit `model` to `runs` and return a `Fit`.
 
@@ -63,6 +63,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         (Gaussian around the mode: fast, approximate intervals) or the model's own (``classic``: bootstrap).
     chains, warmup, samples : NUTS settings (``samples`` draws per chain after ``warmup``).
     seed : everything random follows from it.
+    target_accept : NUTS's target acceptance probability (default: the model's `target_accept`, 0.9 for most).
     adapt : mass-matrix adaptation in NUTS's warmup (on coordinates scaled by the Laplace standard
         deviations at the mode): ``"dense"`` (default; a window of fewer than twice as many draws as
         parameters gives a matrix with shrunk correlations, see `scalinfer.inference.nuts.shrunk_covariance`),
@@ -125,11 +126,13 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     t1 = time.perf_counter()
     mean, scale = _preconditioner(point)
     draws, stats = run_nuts(m.model, kwargs, init, chains=chains, warmup=warmup, samples=samples, seed=seed,
-                            adapt=adapt, target_accept=target_accept, warmup_tree_depth=warmup_tree_depth,
+                            adapt=adapt, target_accept=target_accept or m.target_accept,
+                            warmup_tree_depth=warmup_tree_depth,
                             chain_method=chain_method_for(chains), mean=mean, scale=scale,
                             potential_dtype=potential_dtype)
     t_nuts = time.perf_counter() - t1
     extra["warmup_leapfrog_steps"] = int(stats.pop("warmup_num_steps").sum())
+    extra["target_accept"] = float(target_accept or m.target_accept)
     extra["potential_dtype"] = potential_dtype or str(np.result_type(float))
     stats.pop("warmup_step_size")  # run_nuts's adaptation trace: the fit keeps only what warmup cost
     _log(f"{m.name}: NUTS took {t_nuts:.1f} s", quiet)

@@ -45,6 +45,8 @@ class Model:
     #: the float type NUTS evaluates the potential in (None: as the data, float64). float32 is for models whose
     #: every input and parameter is O(1) (centered logs); the mode and the Laplace curvature stay float64
     potential_dtype: ClassVar[str | None] = None
+    #: NUTS's target acceptance probability unless the caller gives one
+    target_accept: float = 0.9
 
     def check(self, runs: RunTable) -> None:
         if runs.kind != self.table_kind:

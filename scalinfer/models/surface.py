@@ -45,8 +45,35 @@ law is local (a power law in N and D without Chinchilla's floor): with per-setti
 carry L* to the target, and it says so through tau_L. m_eta, m_B are the middles of the swept log LRs and log
 batches and m_y the median of the settings' best log losses, so every sampled parameter is O(1).
 
+Size scatter (option ``size_scatter=True``)
+-------------------------------------------
+The settings of one model size (a distinct N: one architecture, as in Step Law's grids) share its deviation
+from the laws: with ``size_scatter`` each law is, for the sizes m = 1..M at scaled log N n_m,
+
+.. math::
+
+    x^*_s = A_{m(s)} + a_D \tilde d_s + \tau_\eta \epsilon^\eta_s, \qquad
+    A_m = a_0 + a_N n_m + \tau^{size}_\eta e_m, \qquad e_m \sim \mathcal N(0, 1)
+
+(likewise z*_s with b and tau_b_size, and the loss levels' mean with g and tau_loss_size). Without it, a size
+that sits off the power law pins the N slope as if the settings' scatter were all the noise there is: on
+Step Law, fitting N < N_k and predicting every setting of the next size N_k, the 90% intervals of lr_opt held
+the grid's best LR in 8 of 13 held-out settings (2 of 4 when two sizes 1.25x apart were fit) and the best batch in
+9; with size scatter 11 and 10 of 13 (benchmarks/steplaw_lr.py, "held out by size"). Geometry: sampling A_m = a0 + a_N n_m +
+tau e_m non-centered puts (a0, a_N) on a ridge with e whose direction turns with tau (4 x 500 draws on Step
+Law: 113-133 leapfrog steps per draw, 48-208 divergences); sampling A centered puts the joint mode at tau = 0.
+So the law is integrated out: A ~ N(0, tau^2 I + X P X^T) (X = [1, n], P the law's prior covariance) is
+sampled non-centered through the QR of X (`size_levels`), and (a0, a_N) are drawn from their exact conditional
+given A (`law_given_levels`: the data see A only) as deterministic functions of two extra standard normals.
+``tau_*_size ~ Gamma(2, 20)`` (loss: ``Gamma(2, 200)``): a boundary-avoiding prior (Chung et al. 2013) for a
+scale seen through a handful of sizes: no size sits exactly on a law; mode 5% (loss 0.5%), mean 10% (1%), 96%
+of the mass within 1-30% (0.1-3%). It keeps the posterior off tau = 0, where the non-centered levels funnel
+(a HalfNormal(0.2) took 95 steps per draw). Cost on Step Law's 1,746 runs with N <= 6e8: 75 leapfrog steps per
+draw against ~28 without, 45 s against 23 s (4 x (500 + 1,000)), so this is an option, and NUTS's target acceptance is 0.95 with it.
+
 A prediction at a target (N, D) is for a *new* setting: it draws its own offsets epsilon ~ N(0, 1), so its
-intervals include the scatter of settings around the laws, not only the uncertainty of the laws.
+intervals include the scatter of settings around the laws, not only the uncertainty of the laws; with size
+scatter it is also a new size (even at a fitted N: conservative there).
 ``batch_opt`` is the loss-optimal batch at fixed (N, D) (Step Law's and DeepSeek's definition; MATH.md
 section 5 lists the others, which this model does not estimate), in tokens; ``lr_opt`` is the optimal peak
 LR at that batch; ``loss_opt`` the loss at the joint optimum.
@@ -126,8 +153,16 @@ __all__ = ["Surface", "MODEL", "Exceeds", "laws", "setting_values", "surface_ter
 SCALARS = ("a0", "a_N", "a_D", "b0", "b_N", "b_D", "kappa1", "kappa2", "g0", "g_N", "g_D",
            "c_lr0", "c_lr_N", "c_lr_D", "delta_lr", "p_lr_unit", "c_b0", "c_b_N", "c_b_D", "delta_b", "p_b_unit",
            "tau_lr", "tau_b", "tau_loss", "sigma0", "sigma1", "nu")
+#: the size scatter's scalars (``size_scatter=True`` only)
+SIZE_SCALARS = ("tau_lr_size", "tau_b_size", "tau_loss_size")
 #: per-setting parameters: non-centered offsets of the optimum, centered log loss there
 SETTING = ("eps_lr", "eps_b", "ell")
+#: per-model-size levels (one per distinct N) of log eta*, log B* and log L* at d = 0 (``size_scatter=True`` only)
+SIZE = ("lr_size", "b_size", "loss_size")
+#: (intercept, N slope) of each law and the prior sds of both; the law's D slope is sampled as before
+LAW_N = {"lr": ("a0", "a_N", 1.5, 1.0), "b": ("b0", "b_N", 1.5, 1.0), "loss": ("g0", "g_N", 0.2, 0.3)}
+#: size scatter tau_<law>_size ~ Gamma(2, rate): see the module docstring
+SIZE_PRIOR_RATE = {"lr": 20.0, "b": 20.0, "loss": 200.0}
 #: the largest finite loss, relative to the best converged loss of its setting, still counted as converged
 DIVERGENCE_RATIO = 1.3
 _P_MIN, _P_SPAN = 0.5, 3.5
@@ -177,15 +212,71 @@ def laws(p: dict[str, Any], n, d) -> dict[str, Any]:
     }
 
 
-def setting_values(p: dict[str, Any], n_s, d_s) -> dict[str, Any]:
+def _chol2(a, b, c):
+    """Lower Cholesky factor [[l11, 0], [l21, l22]] of the 2 x 2 matrix [[a, b], [b, c]] (elementwise: no LAPACK
+    call per gradient)."""
+    l11 = jnp.sqrt(a)
+    l21 = b / l11
+    return l11, l21, jnp.sqrt(c - l21 * l21)
+
+
+def size_levels(std, n, s0, sN, tau):
+    r"""The levels A of a linear law at M model sizes, non-centered with the law marginalized.
+
+    A = X beta + tau e with X = [1, n], beta ~ N(0, P = diag(s0^2, sN^2)), e ~ N(0, I): A ~ N(0, K), K = tau^2 I +
+    X P X^T. With X = Q R (Q's r = min(M, 2) columns span the law's directions, Q_perp the rest), K = Q (tau^2 I +
+    R P R^T) Q^T + tau^2 Q_perp Q_perp^T, so A = Q chol(tau^2 I + R P R^T) std[:r] + tau Q_perp std[r:] for standard
+    normal `std`. `n` is data (numpy): the QR is computed once, outside the traced program."""
+    n = np.asarray(n, float)
+    M = n.shape[-1]
+    r = min(M, 2)
+    Qf, R = np.linalg.qr(np.stack([np.ones_like(n), n], axis=-1), mode="complete")
+    R0, R1 = R[:r, 0], R[:r, 1]  # B = R P R^T, entrywise
+    B = lambda i, j: R0[i] * R0[j] * s0 ** 2 + R1[i] * R1[j] * sN ** 2  # noqa: E731
+    t2 = tau * tau
+    if r == 1:
+        line = Qf[:, 0] * (jnp.sqrt(t2 + B(0, 0)) * std[0])
+    else:
+        l11, l21, l22 = _chol2(t2 + B(0, 0), B(0, 1), t2 + B(1, 1))
+        line = Qf[:, 0] * (l11 * std[0]) + Qf[:, 1] * (l21 * std[0] + l22 * std[1])
+    return line + tau * (Qf[:, r:] @ std[r:])
+
+
+def law_given_levels(A, std, n, s0, sN, tau):
+    """(intercept, slope) of the law given the levels A: N(b, tau^2 G^-1) with G = X^T X + tau^2 P^-1 and b = G^-1
+    X^T A (the ridge regression of A on X), at standard normal `std` (2,). The data see the levels only, so this is
+    the law's exact conditional posterior."""
+    n = np.asarray(n, float)
+    t2 = tau * tau
+    g11, g12, g22 = len(n) + t2 / s0 ** 2, float(n.sum()), float(n @ n) + t2 / sN ** 2
+    det = g11 * g22 - g12 * g12
+    y1, y2 = jnp.sum(A, -1), A @ n
+    b1, b2 = (g22 * y1 - g12 * y2) / det, (g11 * y2 - g12 * y1) / det
+    l11, l21, l22 = _chol2(g22 / det, -g12 / det, g11 / det)  # chol of G^-1
+    return jnp.stack([b1 + tau * l11 * std[0], b2 + tau * (l21 * std[0] + l22 * std[1])], axis=-1)
+
+
+def size_offsets(p: dict[str, Any], n_s, size_s=None) -> dict[str, Any]:
+    """Each setting's model size's level off the law (log eta*, log B*, log L*), shape (..., S); 0 without size
+    scatter (no ``lr_size`` in `p`). `size_s`: each setting's size (the data's ``size_s``)."""
+    if "lr_size" not in p:
+        return {k: 0.0 for k in NEW_SETTING}
+    if size_s is None:
+        raise ModelError("a fit with size scatter needs each setting's size (the data's 'size_s')")
+    return {k: p[f"{v}_size"][..., size_s] - (p[LAW_N[v][0]] + p[LAW_N[v][1]] * n_s) for k, v in NEW_SETTING.items()}
+
+
+def setting_values(p: dict[str, Any], n_s, d_s, size_s=None) -> dict[str, Any]:
     """Each fitted setting's optimum, loss level and valley shape, shape (..., S)."""
     law = laws(p, n_s, d_s)
-    return {"x_star": law["x_star"] + p["tau_lr"] * p["eps_lr"], "z_star": law["z_star"] + p["tau_b"] * p["eps_b"],
+    off = size_offsets(p, n_s, size_s)
+    return {"x_star": law["x_star"] + off["x_star"] + p["tau_lr"] * p["eps_lr"],
+            "z_star": law["z_star"] + off["z_star"] + p["tau_b"] * p["eps_b"],
             "ell": p["ell"], "log_c_lr": law["log_c_lr"], "log_c_b": law["log_c_b"],
             "kappa1": p["kappa1"] + 0.0 * p["ell"]}
 
 
-def surface_terms(p: dict[str, Any], n_s, d_s, s, x, z):
+def surface_terms(p: dict[str, Any], n_s, d_s, s, x, z, size_s=None):
     """The surface at runs (x, z) of settings ``s``: (mean log loss - m_y, excess over the optimum).
 
     Parameters
@@ -193,10 +284,11 @@ def surface_terms(p: dict[str, Any], n_s, d_s, s, x, z):
     p : parameters: the scalars, and the per-setting ones (`SETTING`) of shape (..., S); scalars may carry
         leading batch dims (e.g. (n_draws, 1)) that broadcast against the inputs.
     n_s, d_s : scaled log N and log D of each setting, shape (S,).
+    size_s : each setting's model size (needed with size scatter).
     s : setting index of each run (int array).
     x, z : log LR - m_lr and log batch - m_B of each run.
     """
-    v = {name: a[..., s] for name, a in setting_values(p, n_s, d_s).items()}
+    v = {name: a[..., s] for name, a in setting_values(p, n_s, d_s, size_s).items()}
     return surface_at(p, v, x, z)
 
 
@@ -229,6 +321,11 @@ def settings_of(df: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     return codes, settings.reset_index(drop=True)
 
 
+def sizes_of(settings: pd.DataFrame) -> np.ndarray:
+    """Index of each setting's model size: its distinct N (one architecture per N, as in Step Law's grids)."""
+    return settings.groupby("N", sort=True).ngroup().to_numpy()
+
+
 @dataclasses.dataclass(frozen=True)
 class Surface(Model):
     """The hierarchical loss surface over (N, D, LR, batch); see the module docstring for the math.
@@ -243,6 +340,7 @@ class Surface(Model):
 
     divergence_ratio: float = DIVERGENCE_RATIO
     n_kind: str | None = None
+    size_scatter: bool = False
 
     name = "surface"
     version = "1"
@@ -257,18 +355,28 @@ class Surface(Model):
                 "lr_opt_at_batch": "peak learning rate", "loss": "nats/token"}
     targets = ("N", "D", "lr", "batch")
     observed = ("log_loss", "diverged_obs")
-    dims = {k: ["setting"] for k in SETTING}
+    dims = {**{k: ["setting"] for k in SETTING}, **{k: ["size"] for k in SIZE},
+            **{f"{v}_size_std": ["size"] for v in LAW_N}, **{f"{v}_law_std": ["law_coef"] for v in LAW_N}}
+
+    @property
+    def target_accept(self) -> float:
+        """0.95 with size scatter: at 0.9 one of four chains on Step Law's held-out fit diverged in 80 of 1,000
+        draws (the size levels' funnel); at 0.95 2-6 in all, for ~25% more leapfrog steps."""
+        return 0.95 if self.size_scatter else 0.9
 
     def __post_init__(self):
         if not (np.isfinite(self.divergence_ratio) and self.divergence_ratio > 1):
             raise ModelError(f"divergence_ratio must be a number above 1, got {self.divergence_ratio!r}")
         if self.n_kind not in (None, "total", "active"):
             raise ModelError(f"n_kind must be 'total' or 'active', got {self.n_kind!r}")
+        if not isinstance(self.size_scatter, bool):
+            raise ModelError(f"size_scatter must be True or False, got {self.size_scatter!r}")
 
     def with_options(self, **options: Any) -> Surface:
-        unknown = set(options) - {"divergence_ratio", "n_kind"}
+        unknown = set(options) - {"divergence_ratio", "n_kind", "size_scatter"}
         if unknown:
-            raise ModelError(f"model 'surface' takes options divergence_ratio, n_kind; not {', '.join(sorted(unknown))}")
+            raise ModelError("model 'surface' takes options divergence_ratio, n_kind, size_scatter; not "
+                             + ", ".join(sorted(unknown)))
         return dataclasses.replace(self, **options)
 
     # ---- data -------------------------------------------------------------------------------------------
@@ -282,6 +390,7 @@ class Surface(Model):
             df = df.assign(N=df[col])
         require_lr_and_batch(df, runs.source, "the surface model")
         s_idx, settings = settings_of(df)
+        size_s = sizes_of(settings)
         loss = df["loss"].to_numpy(float)
         diverged = self.diverged_mask(df, s_idx)
         if diverged.all():
@@ -297,7 +406,8 @@ class Surface(Model):
         m_y = float(np.median(np.log(best[np.isfinite(best)])))
         ok, cens = ~diverged, diverged
         data = {
-            "n_s": (log_N - m_N) / h_N, "d_s": (log_D - m_D) / h_D,
+            "n_s": (log_N - m_N) / h_N, "d_s": (log_D - m_D) / h_D, "size_s": size_s.astype(np.int32),
+            "n_size": (np.unique(log_N) - m_N) / h_N,
             "s_obs": s_idx[ok].astype(np.int32),
             "x_obs": log_lr[ok] - m_lr, "z_obs": log_b[ok] - m_b, "log_loss": np.log(loss[ok]) - m_y,
             "s_cens": s_idx[cens].astype(np.int32),
@@ -311,7 +421,8 @@ class Surface(Model):
             "min_N": float(np.exp(log_N.min())), "min_D": float(np.exp(log_D.min())),
             "min_lr": float(np.exp(log_lr.min())), "max_lr": float(np.exp(log_lr.max())),
             "min_batch": float(np.exp(log_b.min())), "max_batch": float(np.exp(log_b.max())),
-            "n_settings": float(len(settings)), "n_censored": float(cens.sum()),
+            "n_settings": float(len(settings)), "n_sizes": float(size_s.max() + 1), "n_censored": float(cens.sum()),
+            "size_scatter": float(self.size_scatter),
             "n_censored_by_ratio": float(cens.sum() - n_flagged), "divergence_ratio": self.divergence_ratio,
             "n_kind_active": float(self.n_kind == "active"),
         }
@@ -325,21 +436,28 @@ class Surface(Model):
         return flagged | (loss > self.divergence_ratio * best[s_idx])
 
     def coords(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
-        return {"setting": np.arange(len(data["n_s"]))}
+        out = {"setting": np.arange(len(data["n_s"]))}
+        if self.size_scatter:
+            out.update(size=np.arange(len(data["n_size"])), law_coef=["intercept", "N"])
+        return out
 
     # ---- the NumPyro model ---------------------------------------------------------------------------------
-    def model(self, n_s, d_s, s_obs, x_obs, z_obs, log_loss=None, s_cens=None, x_cens=None, z_cens=None,
-              log_level=None, diverged_obs=None, h_N=1.0, h_D=1.0):
+    def model(self, n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, s_cens=None, x_cens=None, z_cens=None,
+              log_level=None, diverged_obs=None, h_N=1.0, h_D=1.0, size_scatter=False):
         S = n_s.shape[0]
         p: dict[str, Any] = {}
-        for k in ("a0", "b0"):
-            p[k] = numpyro.sample(k, dist.Normal(0.0, 1.5))
+        if not size_scatter:  # the laws' intercepts and N slopes are sampled; with size scatter, generated below
+            for k in ("a0", "b0"):
+                p[k] = numpyro.sample(k, dist.Normal(0.0, LAW_N["lr"][2]))
         for k, h in (("a_N", h_N), ("a_D", h_D), ("b_N", h_N), ("b_D", h_D)):
+            if size_scatter and k in ("a_N", "b_N"):
+                continue
             p[k] = numpyro.sample(k, dist.Normal(0.0, h))
         p["kappa1"] = numpyro.sample("kappa1", dist.Normal(0.5, 0.5))
         p["kappa2"] = numpyro.sample("kappa2", dist.Normal(0.0, 0.5))
-        p["g0"] = numpyro.sample("g0", dist.Normal(0.0, 0.2))
-        p["g_N"] = numpyro.sample("g_N", dist.Normal(0.0, 0.3 * h_N))
+        if not size_scatter:
+            p["g0"] = numpyro.sample("g0", dist.Normal(0.0, LAW_N["loss"][2]))
+            p["g_N"] = numpyro.sample("g_N", dist.Normal(0.0, LAW_N["loss"][3] * h_N))
         p["g_D"] = numpyro.sample("g_D", dist.Normal(0.0, 0.3 * h_D))
         for v in ("lr", "b"):
             p[f"c_{v}0"] = numpyro.sample(f"c_{v}0", dist.Normal(-4.0, 1.5))
@@ -350,27 +468,39 @@ class Surface(Model):
         p["tau_lr"] = numpyro.sample("tau_lr", dist.HalfNormal(0.3))
         p["tau_b"] = numpyro.sample("tau_b", dist.HalfNormal(0.3))
         tau_loss = numpyro.sample("tau_loss", dist.HalfNormal(0.02))
+        if size_scatter:
+            for v, rate in SIZE_PRIOR_RATE.items():
+                k0, kN, s0, sN = LAW_N[v]
+                tau = p[f"tau_{v}_size"] = numpyro.sample(f"tau_{v}_size", dist.Gamma(2.0, rate))
+                std = numpyro.sample(f"{v}_size_std", dist.Normal(0.0, 1.0).expand([len(n_size)]).to_event(1))
+                A = p[f"{v}_size"] = numpyro.deterministic(f"{v}_size", size_levels(std, n_size, s0, sN * h_N, tau))
+                law_std = numpyro.sample(f"{v}_law_std", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+                beta = law_given_levels(A, law_std, n_size, s0, sN * h_N, tau)
+                p[k0] = numpyro.deterministic(k0, beta[..., 0])
+                p[kN] = numpyro.deterministic(kN, beta[..., 1])
         sigma0 = numpyro.sample("sigma0", dist.HalfNormal(0.02))
         sigma1 = numpyro.sample("sigma1", dist.HalfNormal(0.5))
         nu = numpyro.sample("nu", dist.Gamma(2.0, 0.1))
-        law = laws(p, n_s, d_s)
+        loss_law = laws(p, n_s, d_s)["ell"] + size_offsets(p, n_s, size_s)["ell"]
         with numpyro.plate("setting", S):
             # non-centered offsets of the optimum (a setting's runs pin tau * eps, not eps); the loss level is
             # centered: every setting's runs pin it to ~1e-4, far tighter than the law's scatter tau_loss
             p["eps_lr"] = numpyro.sample("eps_lr", dist.Normal(0.0, 1.0))
             p["eps_b"] = numpyro.sample("eps_b", dist.Normal(0.0, 1.0))
-            p["ell"] = numpyro.sample("ell", dist.Normal(law["ell"], tau_loss))
-        mu, excess = surface_terms(p, n_s, d_s, s_obs, x_obs, z_obs)
+            p["ell"] = numpyro.sample("ell", dist.Normal(loss_law, tau_loss))
+        mu, excess = surface_terms(p, n_s, d_s, s_obs, x_obs, z_obs, size_s)
         with numpyro.plate("run", x_obs.shape[0]):
             numpyro.sample("obs", dist.StudentT(nu, mu, sigma0 + sigma1 * excess), obs=log_loss)
         if x_cens is not None and x_cens.shape[0] > 0:
-            mu_c, excess_c = surface_terms(p, n_s, d_s, s_cens, x_cens, z_cens)
+            mu_c, excess_c = surface_terms(p, n_s, d_s, s_cens, x_cens, z_cens, size_s)
             z = (mu_c - log_level) / (sigma0 + sigma1 * excess_c)
             with numpyro.plate("diverged_run", x_cens.shape[0]):
                 numpyro.sample("obs_censored", Exceeds(z), obs=diverged_obs)
 
     def model_kwargs(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
-        return {**data, "h_N": constants["h_N"], "h_D": constants["h_D"]}
+        # the sizes' scaled log N as a tuple: static, so the law's QR is computed once when the program is built
+        return {**data, "h_N": constants["h_N"], "h_D": constants["h_D"], "size_scatter": self.size_scatter,
+                "n_size": tuple(float(v) for v in data["n_size"])}
 
     def init_values(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
         """Per-setting best runs regressed on (n, d): rough laws for eta*, B*, L*; offsets from the residuals."""
@@ -394,6 +524,13 @@ class Surface(Model):
         out["x_star_s"], out["z_star_s"] = law_x + 0.3 * out["eps_lr"], law_z + 0.3 * out["eps_b"]
         out["ell"] = out["ell"] + np.column_stack([np.ones(S), data["n_s"], data["d_s"]]) @ [
             out["g0"], out["g_N"], out["g_D"]]
+        if self.size_scatter:  # each size on the regressed law: the standard normals that give it
+            n = data["n_size"]
+            for v, (k0, kN, s0, sN) in LAW_N.items():
+                tau = out[f"tau_{v}_size"] = 2.0 / SIZE_PRIOR_RATE[v]  # the prior's mean
+                L = np.asarray(jax.jacfwd(size_levels)(jnp.zeros(len(n)), n, s0, sN * constants["h_N"], tau))
+                out[f"{v}_size_std"] = np.linalg.lstsq(L, out[k0] + out[kN] * n, rcond=None)[0]
+                out[f"{v}_law_std"] = np.zeros(2)
         out.update({"tau_lr": 0.3, "tau_b": 0.3, "tau_loss": 0.01, "kappa1": 0.5, "kappa2": 0.0,
                     "c_lr0": -4.0, "c_lr_N": 0.0, "c_lr_D": 0.0, "delta_lr": 0.5, "p_lr_unit": 0.33,
                     "c_b0": -4.0, "c_b_N": 0.0, "c_b_D": 0.0, "delta_b": 0.0, "p_b_unit": 0.33,
@@ -446,11 +583,13 @@ class Surface(Model):
                 raise ModelError("targets N, D, lr and batch must be positive finite numbers")
         shape = np.broadcast_shapes(*(a.shape for a in arrays))
         n_draws = len(draws["a0"])
-        eps = np.random.default_rng(seed).standard_normal((len(NEW_SETTING), n_draws))
+        eps = np.random.default_rng(seed).standard_normal((2, len(NEW_SETTING), n_draws))
         # big grids (over 4M draw x target values) in float32: relative error ~1e-7, far below any interval's
         # width, and half the memory traffic (a 100 x 100 grid from 4,000 draws: 1.4 s -> 0.8 s on 2 busy cores)
         ft = np.float32 if n_draws * int(np.prod(shape)) > 2**22 else np.float64
         p = {k: np.asarray(draws[k], ft) for k in SCALARS}
+        # without size scatter a new setting differs from the laws by its own offsets only
+        p.update({k: np.asarray(draws[k], ft) if k in draws else np.zeros(n_draws, ft) for k in SIZE_SCALARS})
         eps = eps.astype(ft)
         c = {k: float(constants[k]) for k in ("m_N", "h_N", "m_D", "h_D", "m_lr", "m_b", "m_y")}
         log = lambda v: None if v is None else np.log(np.broadcast_to(np.asarray(v, float), shape)).astype(ft)  # noqa: E731
@@ -508,12 +647,16 @@ class Surface(Model):
         rng = np.random.default_rng(seed)
         df = design.reset_index(drop=True).copy()
         s_idx, settings = settings_of(df)
+        size_s = sizes_of(settings)
         S = len(settings)
         q = {**TRUE_PARAMS, **params}
         logN, logD = np.log(settings["N"].to_numpy(float)), np.log(settings["D"].to_numpy(float))
         eps = rng.standard_normal((len(NEW_SETTING), S))
+        # the sizes' offsets from a stream of their own: without size scatter the draws are the same as before it
+        eps_size = np.random.default_rng([seed, 7]).standard_normal((len(NEW_SETTING), int(size_s.max()) + 1))[:, size_s]
         law = _natural_laws(q, logN, logD)
-        v = {k: law[k] + q[f"tau_{NEW_SETTING[k]}"] * e for k, e in zip(NEW_SETTING, eps)}
+        v = {k: law[k] + q[f"tau_{t}"] * eps[i] + q[f"tau_{t}_size"] * eps_size[i]
+             for i, (k, t) in enumerate(NEW_SETTING.items())}
         v.update(log_c_lr=law["log_c_lr"], log_c_b=law["log_c_b"], kappa1=np.full(S, q["kappa1"]))
         shape = {"kappa2": q["kappa2"], "delta_lr": q["delta_lr"], "delta_b": q["delta_b"],
                  "p_lr_unit": (q["p_lr"] - _P_MIN) / _P_SPAN, "p_b_unit": (q["p_b"] - _P_MIN) / _P_SPAN}
@@ -582,9 +725,10 @@ def _predict_core(p, eps, c, log_N, log_D, log_lr, log_b):
     """Every draw x every target point in one fused computation (no Python loop over the grid)."""
     ex = (-1,) + (1,) * log_N.ndim
     q = {k: v.reshape(ex) for k, v in p.items()}
-    e = {k: eps[i].reshape(ex) for i, k in enumerate(NEW_SETTING)}
     law = laws(q, (log_N - c["m_N"]) / c["h_N"], (log_D - c["m_D"]) / c["h_D"])
-    v = {k: law[k] + q[f"tau_{NEW_SETTING[k]}"] * e[k] for k in NEW_SETTING}
+    # a new setting of a new model size: its own offsets at both levels
+    v = {k: law[k] + q[f"tau_{t}"] * eps[0, i].reshape(ex) + q[f"tau_{t}_size"] * eps[1, i].reshape(ex)
+         for i, (k, t) in enumerate(NEW_SETTING.items())}
     v.update(log_c_lr=law["log_c_lr"], log_c_b=law["log_c_b"], kappa1=q["kappa1"] + 0.0 * law["x_star"])
     out = {"lr_opt": jnp.exp(c["m_lr"] + v["x_star"]), "batch_opt": jnp.exp(c["m_b"] + v["z_star"]),
            "loss_opt": jnp.exp(c["m_y"] + v["ell"])}
@@ -610,7 +754,8 @@ TRUE_PARAMS: dict[str, float] = {
     "kappa1": 0.34, "kappa2": -0.25,
     "log_c_lr": -4.78, "c_lr_exp_N": -0.06, "c_lr_exp_D": -0.24, "delta_lr": 0.63, "p_lr": 2.04,
     "log_c_b": -5.21, "c_b_exp_N": 0.11, "c_b_exp_D": -0.16, "delta_b": 0.13, "p_b": 2.09,
-    "tau_lr": 0.05, "tau_b": 0.05, "tau_loss": 0.0066,
+    "tau_lr": 0.05, "tau_b": 0.05, "tau_loss": 0.0066, "tau_lr_size": 0.0, "tau_b_size": 0.0,
+    "tau_loss_size": 0.0,
     "sigma0": 0.0007, "sigma1": 0.095, "nu": 3.0,
     "diverge_above": 1.5,
 }

@@ -132,7 +132,7 @@ def _ridge_factor(fit, best) -> np.ndarray:
     from scalinfer.models.surface import setting_values
 
     data, p = _data(fit), _setting_draws(fit)
-    z_star = np.median(np.asarray(setting_values(p, data["n_s"], data["d_s"])["z_star"]), axis=0)
+    z_star = np.median(np.asarray(setting_values(p, data["n_s"], data["d_s"], data.get("size_s"))["z_star"]), axis=0)
     k1, k2 = float(np.median(p["kappa1"])), float(np.median(p["kappa2"]))
     dz = np.log(best["batch_tokens"].to_numpy(float)) - fit.constants["m_b"] - z_star[best["_s"].to_numpy(int)]
     return np.exp(-(k1 * dz + 0.5 * k2 * dz * dz))
@@ -145,12 +145,14 @@ def _surface_only(fit):
 
 def _setting_draws(fit, max_draws: int = _MAX_DRAWS):
     """Thinned posterior draws as the surface functions take them (scalars (n, 1), offsets (n, S))."""
-    from scalinfer.models.surface import SCALARS, SETTING
+    from scalinfer.models.surface import SCALARS, SETTING, SIZE
 
-    d = fit.draws(list(SCALARS) + list(SETTING))
+    sizes = [k for k in SIZE if k in fit.posterior]  # with size scatter: each size's levels (n, M)
+    d = fit.draws(list(SCALARS) + list(SETTING) + sizes)
     n = len(d["a0"])
     keep = np.linspace(0, n - 1, min(n, max_draws)).astype(int)
     p = {k: np.asarray(d[k])[keep][:, None] for k in SCALARS}
+    p.update({k: np.asarray(d[k])[keep] for k in sizes})
     p.update({k: np.asarray(d[k])[keep] for k in SETTING})
     return p
 
@@ -185,7 +187,7 @@ def valley_figure(fit, axis: str = "lr", ncols: int = 4, ci: tuple[float, ...] =
     if axis not in ("lr", "batch"):
         raise ModelError(f"axis must be 'lr' or 'batch', not {axis!r}")
     c, data, p = fit.constants, _data(fit), _setting_draws(fit)
-    n_s, d_s = data["n_s"], data["d_s"]
+    n_s, d_s, size_s = data["n_s"], data["d_s"], data.get("size_s")
     S = len(n_s)
     labels = _setting_labels(fit)
     nrows = int(np.ceil(S / ncols))
@@ -203,7 +205,8 @@ def valley_figure(fit, axis: str = "lr", ncols: int = 4, ci: tuple[float, ...] =
             sel = mine & np.isclose(z_ok, zb)
             xs = np.linspace(min(x_ok[mine].min(), x_dv.min() if len(x_dv) else np.inf) - 0.2,
                              max(x_ok[mine].max(), x_dv.max() if len(x_dv) else -np.inf) + 0.2, 80)
-            mu, _ = surface_terms(p, n_s, d_s, np.full(xs.shape, s), xs[None], np.full(xs.shape, zb)[None])
+            mu, _ = surface_terms(p, n_s, d_s, np.full(xs.shape, s), xs[None], np.full(xs.shape, zb)[None],
+                                  size_s)
             grid, pts_x, pts_y = np.exp(c["m_lr"] + xs), np.exp(c["m_lr"] + x_ok[sel]), y_ok[sel]
             dv = (s_dv == s) & np.isclose(z_dv, zb)
             dv_x = np.exp(c["m_lr"] + x_dv[dv])
@@ -213,10 +216,10 @@ def valley_figure(fit, axis: str = "lr", ncols: int = 4, ci: tuple[float, ...] =
             env = np.array([y_ok[mine & np.isclose(z_ok, z)].min() for z in zs])
             grid_z = np.linspace(zs.min() - 0.2, zs.max() + 0.2, 80)
             # loss at the best LR of each batch: on the ridge, where the LR valley is zero
-            v = {k: a[:, s:s + 1] for k, a in setting_values(p, n_s, d_s).items()}
+            v = {k: a[:, s:s + 1] for k, a in setting_values(p, n_s, d_s, size_s).items()}
             dz = grid_z[None] - v["z_star"]
             ridge = v["x_star"] + v["kappa1"] * dz + 0.5 * p["kappa2"] * dz * dz
-            mu, _ = surface_terms(p, n_s, d_s, np.full(grid_z.shape, s), ridge, grid_z[None])
+            mu, _ = surface_terms(p, n_s, d_s, np.full(grid_z.shape, s), ridge, grid_z[None], size_s)
             grid, pts_x, pts_y = np.exp(c["m_b"] + grid_z), np.exp(c["m_b"] + zs), env
             dv_x = np.zeros(0)
             xlabel, sub = "batch (tokens)", "each batch at its best LR"
@@ -245,7 +248,8 @@ def ppc_figure(fit, seed: int = 0, max_points: int = 2000):
 
     _surface_only(fit)
     c, data, p = fit.constants, _data(fit), _setting_draws(fit)
-    mu, excess = surface_terms(p, data["n_s"], data["d_s"], data["s_obs"], data["x_obs"][None], data["z_obs"][None])
+    mu, excess = surface_terms(p, data["n_s"], data["d_s"], data["s_obs"], data["x_obs"][None], data["z_obs"][None],
+                               data.get("size_s"))
     mu, excess = np.asarray(mu), np.asarray(excess)
     scale = p["sigma0"] + p["sigma1"] * excess
     rng = np.random.default_rng(seed)
