@@ -60,7 +60,7 @@ that sits off the power law pins the N slope as if the settings' scatter were al
 Step Law, fitting N < N_k and predicting every setting of the next size N_k, the 90% intervals of lr_opt held
 the grid's best LR in 8 of 13 held-out settings (2 of 4 when two sizes 1.25x apart were fit) and the best batch in
 9; with size scatter 11 and 10 of 13 (benchmarks/steplaw_lr.py, "held out by size"). Geometry: sampling A_m = a0 + a_N n_m +
-tau e_m non-centered puts (a0, a_N) on a ridge with e whose direction turns with tau (4 x 500 draws on Step
+tau e_m non-centered puts (a0, a_N) on a ridge with e whose direction turns with tau (4 x (500 + 1,000) on Step
 Law: 113-133 leapfrog steps per draw, 48-208 divergences); sampling A centered puts the joint mode at tau = 0.
 So the law is integrated out: A ~ N(0, tau^2 I + X P X^T) (X = [1, n], P the law's prior covariance) is
 sampled non-centered through the QR of X (`size_levels`), and (a0, a_N) are drawn from their exact conditional
@@ -147,7 +147,7 @@ from scalinfer.models.base import Arrays, Model
 from scalinfer.runs.schema import RunTable
 
 __all__ = ["Surface", "MODEL", "Exceeds", "laws", "setting_values", "surface_terms", "surface_at", "settings_of",
-           "censor_levels"]
+           "censor_levels", "sizes_of", "size_levels", "law_given_levels", "size_offsets"]
 
 #: sampled scalar parameters, in the order the model samples them
 SCALARS = ("a0", "a_N", "a_D", "b0", "b_N", "b_D", "kappa1", "kappa2", "g0", "g_N", "g_D",
