@@ -149,7 +149,8 @@ def print_by_size(name: str, res: dict) -> None:
         lr = f"{r['lr_opt']:.3g} [{r['lr_lo']:.3g}, {r['lr_hi']:.3g}]"
         b = f"{r['batch_opt']:.3g} [{r['batch_lo']:.3g}, {r['batch_hi']:.3g}]"
         print(f"{r['N']:>9.3g} {r['D']:>8.3g} {r['n_sizes_fit']:>5}  {lr:<30}{r['best_lr']:>9.3g} "
-              f"{'yes' if r['lr_hit'] else 'no':>4}  {b:<30}{r['best_batch']:>9.3g} {'yes' if r['batch_hit'] else 'no':>4}")
+              f"{'yes' if r['lr_hit'] else 'no':>4}  {b:<30}{r['best_batch']:>9.3g} "
+              f"{'yes' if r['batch_hit'] else 'no':>4}")
     print(f"lr_opt holds the grid's best LR in {res['lr_hits']} of {res['n']}, batch_opt its best batch in "
           f"{res['batch_hits']} of {res['n']} ({res['wall_s']:.0f} s)")
 

@@ -125,14 +125,13 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     _log(f"{m.name}: NUTS, {chains} chains x ({warmup} warmup + {samples} draws)", quiet)
     t1 = time.perf_counter()
     mean, scale = _preconditioner(point)
+    extra["target_accept"] = float(target_accept or m.target_accept)
     draws, stats = run_nuts(m.model, kwargs, init, chains=chains, warmup=warmup, samples=samples, seed=seed,
-                            adapt=adapt, target_accept=target_accept or m.target_accept,
-                            warmup_tree_depth=warmup_tree_depth,
+                            adapt=adapt, target_accept=extra["target_accept"], warmup_tree_depth=warmup_tree_depth,
                             chain_method=chain_method_for(chains), mean=mean, scale=scale,
                             potential_dtype=potential_dtype)
     t_nuts = time.perf_counter() - t1
     extra["warmup_leapfrog_steps"] = int(stats.pop("warmup_num_steps").sum())
-    extra["target_accept"] = float(target_accept or m.target_accept)
     extra["potential_dtype"] = potential_dtype or str(np.result_type(float))
     stats.pop("warmup_step_size")  # run_nuts's adaptation trace: the fit keeps only what warmup cost
     _log(f"{m.name}: NUTS took {t_nuts:.1f} s", quiet)

@@ -58,18 +58,21 @@ from the laws: with ``size_scatter`` each law is, for the sizes m = 1..M at scal
 (likewise z*_s with b and tau_b_size, and the loss levels' mean with g and tau_loss_size). Without it, a size
 that sits off the power law pins the N slope as if the settings' scatter were all the noise there is: on
 Step Law, fitting N < N_k and predicting every setting of the next size N_k, the 90% intervals of lr_opt held
-the grid's best LR in 8 of 13 held-out settings (2 of 4 when two sizes 1.25x apart were fit) and the best batch in
-9; with size scatter 11 and 10 of 13 (benchmarks/steplaw_lr.py, "held out by size"). Geometry: sampling A_m = a0 + a_N n_m +
-tau e_m non-centered puts (a0, a_N) on a ridge with e whose direction turns with tau (4 x (500 + 1,000) on Step
-Law: 113-133 leapfrog steps per draw, 48-208 divergences); sampling A centered puts the joint mode at tau = 0.
+the grid's best LR in 8 of 13 held-out settings (2 of 4 when two sizes 1.25x apart were fit) and the best
+batch in 9; with size scatter 11 and 10 of 13 (benchmarks/steplaw_lr.py, "held out by size").
+
+Geometry: sampling A_m = a0 + a_N n_m + tau e_m non-centered puts (a0, a_N) on a ridge with e whose direction
+turns with tau (4 x (500 + 1,000) on Step Law: 113-133 leapfrog steps per draw, 48-208 divergences); sampling
+A centered puts the joint mode at tau = 0.
 So the law is integrated out: A ~ N(0, tau^2 I + X P X^T) (X = [1, n], P the law's prior covariance) is
 sampled non-centered through the QR of X (`size_levels`), and (a0, a_N) are drawn from their exact conditional
 given A (`law_given_levels`: the data see A only) as deterministic functions of two extra standard normals.
 ``tau_*_size ~ Gamma(2, 20)`` (loss: ``Gamma(2, 200)``): a boundary-avoiding prior (Chung et al. 2013) for a
 scale seen through a handful of sizes: no size sits exactly on a law; mode 5% (loss 0.5%), mean 10% (1%), 96%
 of the mass within 1-30% (0.1-3%). It keeps the posterior off tau = 0, where the non-centered levels funnel
-(a HalfNormal(0.2) took 95 steps per draw). Cost on Step Law's 1,746 runs with N <= 6e8: 75 leapfrog steps per
-draw against ~28 without, 45 s against 23 s (4 x (500 + 1,000)), so this is an option, and NUTS's target acceptance is 0.95 with it.
+(a HalfNormal(0.2) took 95 steps per draw). NUTS's target acceptance is 0.95 with it. Cost, 4 x (500 + 1,000)
+on Step Law: 75 leapfrog steps per draw against 32 without and 45 s against 23 s on the 1,746 runs with
+N <= 6e8; 87 steps and 88 s against 26 s on all 1,911. Hence an option, not the default.
 
 A prediction at a target (N, D) is for a *new* setting: it draws its own offsets epsilon ~ N(0, 1), so its
 intervals include the scatter of settings around the laws, not only the uncertainty of the laws; with size
@@ -361,7 +364,7 @@ class Surface(Model):
     @property
     def target_accept(self) -> float:
         """0.95 with size scatter: at 0.9 one of four chains on Step Law's held-out fit diverged in 80 of 1,000
-        draws (the size levels' funnel); at 0.95 2-6 in all, for ~25% more leapfrog steps."""
+        draws (the size levels' funnel); at 0.95 2-6 in all, for 25-35% more leapfrog steps."""
         return 0.95 if self.size_scatter else 0.9
 
     def __post_init__(self):
@@ -588,8 +591,8 @@ class Surface(Model):
         # width, and half the memory traffic (a 100 x 100 grid from 4,000 draws: 1.4 s -> 0.8 s on 2 busy cores)
         ft = np.float32 if n_draws * int(np.prod(shape)) > 2**22 else np.float64
         p = {k: np.asarray(draws[k], ft) for k in SCALARS}
-        # without size scatter a new setting differs from the laws by its own offsets only
-        p.update({k: np.asarray(draws[k], ft) if k in draws else np.zeros(n_draws, ft) for k in SIZE_SCALARS})
+        # with size scatter the new setting is of a new size too (without, `_predict_core` skips that term)
+        p.update({k: np.asarray(draws[k], ft) for k in SIZE_SCALARS if k in draws})
         eps = eps.astype(ft)
         c = {k: float(constants[k]) for k in ("m_N", "h_N", "m_D", "h_D", "m_lr", "m_b", "m_y")}
         log = lambda v: None if v is None else np.log(np.broadcast_to(np.asarray(v, float), shape)).astype(ft)  # noqa: E731
@@ -653,7 +656,8 @@ class Surface(Model):
         logN, logD = np.log(settings["N"].to_numpy(float)), np.log(settings["D"].to_numpy(float))
         eps = rng.standard_normal((len(NEW_SETTING), S))
         # the sizes' offsets from a stream of their own: without size scatter the draws are the same as before it
-        eps_size = np.random.default_rng([seed, 7]).standard_normal((len(NEW_SETTING), int(size_s.max()) + 1))[:, size_s]
+        eps_size = np.random.default_rng([seed, 7]).standard_normal((len(NEW_SETTING), int(size_s.max()) + 1))
+        eps_size = eps_size[:, size_s]
         law = _natural_laws(q, logN, logD)
         v = {k: law[k] + q[f"tau_{t}"] * eps[i] + q[f"tau_{t}_size"] * eps_size[i]
              for i, (k, t) in enumerate(NEW_SETTING.items())}
@@ -726,9 +730,10 @@ def _predict_core(p, eps, c, log_N, log_D, log_lr, log_b):
     ex = (-1,) + (1,) * log_N.ndim
     q = {k: v.reshape(ex) for k, v in p.items()}
     law = laws(q, (log_N - c["m_N"]) / c["h_N"], (log_D - c["m_D"]) / c["h_D"])
-    # a new setting of a new model size: its own offsets at both levels
-    v = {k: law[k] + q[f"tau_{t}"] * eps[0, i].reshape(ex) + q[f"tau_{t}_size"] * eps[1, i].reshape(ex)
-         for i, (k, t) in enumerate(NEW_SETTING.items())}
+    # a new setting (with size scatter, of a new model size): its own offsets at each level
+    v = {k: law[k] + q[f"tau_{t}"] * eps[0, i].reshape(ex) for i, (k, t) in enumerate(NEW_SETTING.items())}
+    if "tau_lr_size" in q:
+        v = {k: v[k] + q[f"tau_{t}_size"] * eps[1, i].reshape(ex) for i, (k, t) in enumerate(NEW_SETTING.items())}
     v.update(log_c_lr=law["log_c_lr"], log_c_b=law["log_c_b"], kappa1=q["kappa1"] + 0.0 * law["x_star"])
     out = {"lr_opt": jnp.exp(c["m_lr"] + v["x_star"]), "batch_opt": jnp.exp(c["m_b"] + v["z_star"]),
            "loss_opt": jnp.exp(c["m_y"] + v["ell"])}
