@@ -59,24 +59,41 @@ from the laws: with ``size_scatter`` each law is, for the sizes m = 1..M at scal
 that sits off the power law pins the N slope as if the settings' scatter were all the noise there is: on
 Step Law, fitting N < N_k and predicting every setting of the next size N_k, the 90% intervals of lr_opt held
 the grid's best LR in 8 of 13 held-out settings (2 of 4 when two sizes 1.25x apart were fit) and the best
-batch in 9; with size scatter 11 and 10 of 13 (benchmarks/steplaw_lr.py, "held out by size").
+batch in 9; with size scatter 12 and 12 of 13 (benchmarks/steplaw_lr.py, "held out by size").
 
-Geometry: sampling A_m = a0 + a_N n_m + tau e_m non-centered puts (a0, a_N) on a ridge with e whose direction
-turns with tau (4 x (500 + 1,000) on Step Law: 113-133 leapfrog steps per draw, 48-208 divergences); sampling
-A centered puts the joint mode at tau = 0.
-So the law is integrated out: A ~ N(0, tau^2 I + X P X^T) (X = [1, n], P the law's prior covariance) is
-sampled non-centered through the QR of X (`size_levels`), and (a0, a_N) are drawn from their exact conditional
-given A (`law_given_levels`: the data see A only) as deterministic functions of two extra standard normals.
-``tau_*_size ~ Gamma(2, 20)`` (loss: ``Gamma(2, 200)``): a boundary-avoiding prior (Chung et al. 2013) for a
-scale seen through a handful of sizes: no size sits exactly on a law; mode 5% (loss 0.5%), mean 10% (1%), 96%
-of the mass within 1-30% (0.1-3%). It keeps the posterior off tau = 0, where the non-centered levels funnel
-(a HalfNormal(0.2) took 95 steps per draw). NUTS's target acceptance is 0.95 with it. Cost, 4 x (500 + 1,000)
-on Step Law: 75 leapfrog steps per draw against 32 without and 45 s against 23 s on the 1,746 runs with
-N <= 6e8; 87 steps and 88 s against 26 s on all 1,911. Hence an option, not the default.
+With M sizes, the M - 2 directions of their levels off their least-squares line are what the data say about
+tau_size; with one or two sizes it is its prior's.
+
+Geometry: with tau sampled, its funnel dominates. Sampling A_m = a0 + a_N n_m + tau e_m non-centered put
+(a0, a_N) on a ridge with e whose direction turns with tau (4 x (500 + 1,000) on Step Law: 113-133 leapfrog
+steps per draw, 48-208 divergences); centered, the joint mode sat at tau = 0; with the law integrated out and
+tau sampled, 75-87 steps per draw at target acceptance 0.95. So NUTS does not see tau. The levels are sampled
+as the least-squares line through them and the residuals about it, tau integrated out:
+
+.. math::
+
+    A = X \lambda + Q_\perp r, \qquad \lambda \sim \mathcal N(0, P), \qquad
+    r \sim t_{2\alpha}\big(0, (\beta/\alpha) I_{M-2}\big)
+
+(X = [1, n], P the law's prior covariance, Q_perp an orthonormal basis of the complement of X's columns: r ~
+N(0, tau^2 I) under tau^2 ~ InverseGamma(alpha, beta) is that multivariate t). The data see the levels only,
+so tau and the law are drawn from their exact conditionals, as functions of variables the data do not touch:
+tau^2 = (beta + |r|^2 / 2) / u with u ~ Gamma(alpha + (M - 2)/2, 1), and law = lambda - tau X^+ Q epsilon with
+epsilon ~ N(0, I_2) (Q: an orthonormal basis of X's columns; `size_levels`). Then A - X law = tau (Q epsilon
++ Q_perp r / tau) ~ N(0, tau^2 I): the model above, with the law's prior widened from P to P + tau^2 (X^T
+X)^-1, the sampling variance of a least-squares line through M sizes (under 1% of P on Step Law).
+``tau_*_size^2 ~ InverseGamma(1, 0.005)`` (loss: ``InverseGamma(1, 5e-5)``): tau's median 8.5% (loss 0.85%),
+90% of the mass within 4-31% (0.4-3.1%), and a tail of t with 2 degrees of freedom for a size far off. It is
+conservative at the low end (P(tau < 3%) = 0.4%): with a handful of sizes the data cannot tell a 1% scatter
+from a 5% one, and the prior takes the wider. Cost, 4 x (500 + 1,000) on Step Law with compiled programs
+cached: 44 leapfrog steps per draw against 32 without, 1 divergence in 4,000, 40 s against 23 s on the 1,746
+runs with N <= 6e8; 40 steps against 28, no divergences, 40 s against 21 s on all 1,911 (each gradient costs
+1.16x). Hence an option, not the default (issue #8's fit-time targets are the default's).
 
 A prediction at a target (N, D) is for a *new* setting: it draws its own offsets epsilon ~ N(0, 1), so its
-intervals include the scatter of settings around the laws, not only the uncertainty of the laws; with size
-scatter it is also a new size (even at a fitted N: conservative there).
+intervals include the scatter of settings around the laws, not only the uncertainty of the laws. With size
+scatter it is also of a new size, which draws its own level, unless the target N is within 0.5% of a fitted
+size's: then it sits around that size's fitted level (a longer run of a model that was trained).
 ``batch_opt`` is the loss-optimal batch at fixed (N, D) (Step Law's and DeepSeek's definition; MATH.md
 section 5 lists the others, which this model does not estimate), in tokens; ``lr_opt`` is the optimal peak
 LR at that batch; ``loss_opt`` the loss at the joint optimum.
@@ -150,22 +167,20 @@ from scalinfer.models.base import Arrays, Model
 from scalinfer.runs.schema import RunTable
 
 __all__ = ["Surface", "MODEL", "Exceeds", "laws", "setting_values", "surface_terms", "surface_at", "settings_of",
-           "censor_levels", "sizes_of", "size_levels", "law_given_levels", "size_offsets"]
+           "censor_levels", "sizes_of", "size_basis", "size_levels", "size_offsets"]
 
 #: sampled scalar parameters, in the order the model samples them
 SCALARS = ("a0", "a_N", "a_D", "b0", "b_N", "b_D", "kappa1", "kappa2", "g0", "g_N", "g_D",
            "c_lr0", "c_lr_N", "c_lr_D", "delta_lr", "p_lr_unit", "c_b0", "c_b_N", "c_b_D", "delta_b", "p_b_unit",
            "tau_lr", "tau_b", "tau_loss", "sigma0", "sigma1", "nu")
-#: the size scatter's scalars (``size_scatter=True`` only)
-SIZE_SCALARS = ("tau_lr_size", "tau_b_size", "tau_loss_size")
 #: per-setting parameters: non-centered offsets of the optimum, centered log loss there
 SETTING = ("eps_lr", "eps_b", "ell")
 #: per-model-size levels (one per distinct N) of log eta*, log B* and log L* at d = 0 (``size_scatter=True`` only)
 SIZE = ("lr_size", "b_size", "loss_size")
 #: (intercept, N slope) of each law and the prior sds of both; the law's D slope is sampled as before
 LAW_N = {"lr": ("a0", "a_N", 1.5, 1.0), "b": ("b0", "b_N", 1.5, 1.0), "loss": ("g0", "g_N", 0.2, 0.3)}
-#: size scatter tau_<law>_size ~ Gamma(2, rate): see the module docstring
-SIZE_PRIOR_RATE = {"lr": 20.0, "b": 20.0, "loss": 200.0}
+#: size scatter tau_<law>_size^2 ~ InverseGamma(alpha, beta): (alpha, beta) of each law, see the module docstring
+SIZE_PRIOR = {"lr": (1.0, 0.005), "b": (1.0, 0.005), "loss": (1.0, 5e-5)}
 #: the largest finite loss, relative to the best converged loss of its setting, still counted as converged
 DIVERGENCE_RATIO = 1.3
 _P_MIN, _P_SPAN = 0.5, 3.5
@@ -215,48 +230,31 @@ def laws(p: dict[str, Any], n, d) -> dict[str, Any]:
     }
 
 
-def _chol2(a, b, c):
-    """Lower Cholesky factor [[l11, 0], [l21, l22]] of the 2 x 2 matrix [[a, b], [b, c]] (elementwise: no LAPACK
-    call per gradient)."""
-    l11 = jnp.sqrt(a)
-    l21 = b / l11
-    return l11, l21, jnp.sqrt(c - l21 * l21)
-
-
-def size_levels(std, n, s0, sN, tau):
-    r"""The levels A of a linear law at M model sizes, non-centered with the law marginalized.
-
-    A = X beta + tau e with X = [1, n], beta ~ N(0, P = diag(s0^2, sN^2)), e ~ N(0, I): A ~ N(0, K), K = tau^2 I +
-    X P X^T. With X = Q R (Q's r = min(M, 2) columns span the law's directions, Q_perp the rest), K = Q (tau^2 I +
-    R P R^T) Q^T + tau^2 Q_perp Q_perp^T, so A = Q chol(tau^2 I + R P R^T) std[:r] + tau Q_perp std[r:] for standard
-    normal `std`. `n` is data (numpy): the QR is computed once, outside the traced program."""
+def size_basis(n) -> tuple[np.ndarray, np.ndarray]:
+    """For M model sizes at scaled log N `n`: an orthonormal basis Q_perp (M, M - r) of the sizes' levels about
+    their least-squares line (r = rank [1, n] = min(M, 2)), and W = X^+ Q (2, r), which maps r standard normals
+    to the law's deviation from that line (see the module docstring). `n` is data (numpy): computed once, outside
+    the traced program."""
     n = np.asarray(n, float)
-    M = n.shape[-1]
-    r = min(M, 2)
-    Qf, R = np.linalg.qr(np.stack([np.ones_like(n), n], axis=-1), mode="complete")
-    R0, R1 = R[:r, 0], R[:r, 1]  # B = R P R^T, entrywise
-    B = lambda i, j: R0[i] * R0[j] * s0 ** 2 + R1[i] * R1[j] * sN ** 2  # noqa: E731
-    t2 = tau * tau
-    if r == 1:
-        line = Qf[:, 0] * (jnp.sqrt(t2 + B(0, 0)) * std[0])
-    else:
-        l11, l21, l22 = _chol2(t2 + B(0, 0), B(0, 1), t2 + B(1, 1))
-        line = Qf[:, 0] * (l11 * std[0]) + Qf[:, 1] * (l21 * std[0] + l22 * std[1])
-    return line + tau * (Qf[:, r:] @ std[r:])
+    X = np.stack([np.ones_like(n), n], axis=-1)
+    Qf, _ = np.linalg.qr(X, mode="complete")
+    r = min(len(n), 2)
+    return Qf[:, r:], np.linalg.pinv(X) @ Qf[:, :r]
 
 
-def law_given_levels(A, std, n, s0, sN, tau):
-    """(intercept, slope) of the law given the levels A: N(b, tau^2 G^-1) with G = X^T X + tau^2 P^-1 and b = G^-1
-    X^T A (the ridge regression of A on X), at standard normal `std` (2,). The data see the levels only, so this is
-    the law's exact conditional posterior."""
-    n = np.asarray(n, float)
-    t2 = tau * tau
-    g11, g12, g22 = len(n) + t2 / s0 ** 2, float(n.sum()), float(n @ n) + t2 / sN ** 2
-    det = g11 * g22 - g12 * g12
-    y1, y2 = jnp.sum(A, -1), A @ n
-    b1, b2 = (g22 * y1 - g12 * y2) / det, (g11 * y2 - g12 * y1) / det
-    l11, l21, l22 = _chol2(g22 / det, -g12 / det, g11 / det)  # chol of G^-1
-    return jnp.stack([b1 + tau * l11 * std[0], b2 + tau * (l21 * std[0] + l22 * std[1])], axis=-1)
+def size_levels(line, resid, u, law_std, n, alpha, beta):
+    """The size scatter's levels, scale and law from its sampled coordinates (see the module docstring).
+
+    line : (2,) intercept and slope of the least-squares line through the sizes' levels.
+    resid : (M - 2,) the levels about that line in the basis `size_basis` (empty for M <= 2).
+    u : Gamma(alpha + (M - 2)/2, 1): tau^2 = (beta + |resid|^2 / 2) / u, tau's exact conditional given `resid`.
+    law_std : (min(M, 2),) standard normals: the law = line - tau W law_std, its exact conditional.
+    Returns (A (M,), tau, law (2,)).
+    """
+    Q_perp, W = size_basis(n)
+    A = line[0] + line[1] * jnp.asarray(n) + Q_perp @ resid
+    tau = jnp.sqrt((beta + 0.5 * (resid @ resid)) / u)
+    return A, tau, line - tau * (W @ law_std)
 
 
 def size_offsets(p: dict[str, Any], n_s, size_s=None) -> dict[str, Any]:
@@ -359,13 +357,7 @@ class Surface(Model):
     targets = ("N", "D", "lr", "batch")
     observed = ("log_loss", "diverged_obs")
     dims = {**{k: ["setting"] for k in SETTING}, **{k: ["size"] for k in SIZE},
-            **{f"{v}_size_std": ["size"] for v in LAW_N}, **{f"{v}_law_std": ["law_coef"] for v in LAW_N}}
-
-    @property
-    def target_accept(self) -> float:
-        """0.95 with size scatter: at 0.9 one of four chains on Step Law's held-out fit diverged in 80 of 1,000
-        draws (the size levels' funnel); at 0.95 2-6 in all, for 25-35% more leapfrog steps."""
-        return 0.95 if self.size_scatter else 0.9
+            **{f"{v}_line": ["law_coef"] for v in LAW_N}, **{f"{v}_size_resid": ["size_resid"] for v in LAW_N}}
 
     def __post_init__(self):
         if not (np.isfinite(self.divergence_ratio) and self.divergence_ratio > 1):
@@ -426,6 +418,7 @@ class Surface(Model):
             "min_batch": float(np.exp(log_b.min())), "max_batch": float(np.exp(log_b.max())),
             "n_settings": float(len(settings)), "n_sizes": float(size_s.max() + 1), "n_censored": float(cens.sum()),
             "size_scatter": float(self.size_scatter),
+            **{f"size_N_{m}": float(v) for m, v in enumerate(np.exp(np.unique(log_N)))},
             "n_censored_by_ratio": float(cens.sum() - n_flagged), "divergence_ratio": self.divergence_ratio,
             "n_kind_active": float(self.n_kind == "active"),
         }
@@ -441,7 +434,8 @@ class Surface(Model):
     def coords(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
         out = {"setting": np.arange(len(data["n_s"]))}
         if self.size_scatter:
-            out.update(size=np.arange(len(data["n_size"])), law_coef=["intercept", "N"])
+            out.update(size=np.arange(len(data["n_size"])), law_coef=["intercept", "N"],
+                       size_resid=np.arange(max(len(data["n_size"]) - 2, 0)))
         return out
 
     # ---- the NumPyro model ---------------------------------------------------------------------------------
@@ -472,15 +466,22 @@ class Surface(Model):
         p["tau_b"] = numpyro.sample("tau_b", dist.HalfNormal(0.3))
         tau_loss = numpyro.sample("tau_loss", dist.HalfNormal(0.02))
         if size_scatter:
-            for v, rate in SIZE_PRIOR_RATE.items():
+            M = len(n_size)
+            k = max(M - 2, 0)  # the sizes' residual directions about their least-squares line
+            for v, (alpha, beta) in SIZE_PRIOR.items():
                 k0, kN, s0, sN = LAW_N[v]
-                tau = p[f"tau_{v}_size"] = numpyro.sample(f"tau_{v}_size", dist.Gamma(2.0, rate))
-                std = numpyro.sample(f"{v}_size_std", dist.Normal(0.0, 1.0).expand([len(n_size)]).to_event(1))
-                A = p[f"{v}_size"] = numpyro.deterministic(f"{v}_size", size_levels(std, n_size, s0, sN * h_N, tau))
-                law_std = numpyro.sample(f"{v}_law_std", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
-                beta = law_given_levels(A, law_std, n_size, s0, sN * h_N, tau)
-                p[k0] = numpyro.deterministic(k0, beta[..., 0])
-                p[kN] = numpyro.deterministic(kN, beta[..., 1])
+                line = numpyro.sample(f"{v}_line", dist.Normal(0.0, jnp.array([s0, sN * h_N])).to_event(1))
+                # the residuals with tau integrated out: N(0, tau^2 I) under tau^2 ~ InvGamma(alpha, beta)
+                r = numpyro.sample(f"{v}_size_resid", dist.MultivariateStudentT(
+                    2.0 * alpha, jnp.zeros(k), jnp.sqrt(beta / alpha) * jnp.eye(k))) if k else jnp.zeros(0)
+                # tau and the law from their exact conditionals (the data see the levels only)
+                u = numpyro.sample(f"{v}_size_u", dist.Gamma(alpha + 0.5 * k, 1.0))
+                law_std = numpyro.sample(f"{v}_law_std", dist.Normal(0.0, 1.0).expand([min(M, 2)]).to_event(1))
+                A, tau, law = size_levels(line, r, u, law_std, n_size, alpha, beta)
+                p[f"{v}_size"] = numpyro.deterministic(f"{v}_size", A)
+                p[f"tau_{v}_size"] = numpyro.deterministic(f"tau_{v}_size", tau)
+                p[k0] = numpyro.deterministic(k0, law[0])
+                p[kN] = numpyro.deterministic(kN, law[1])
         sigma0 = numpyro.sample("sigma0", dist.HalfNormal(0.02))
         sigma1 = numpyro.sample("sigma1", dist.HalfNormal(0.5))
         nu = numpyro.sample("nu", dist.Gamma(2.0, 0.1))
@@ -527,13 +528,15 @@ class Surface(Model):
         out["x_star_s"], out["z_star_s"] = law_x + 0.3 * out["eps_lr"], law_z + 0.3 * out["eps_b"]
         out["ell"] = out["ell"] + np.column_stack([np.ones(S), data["n_s"], data["d_s"]]) @ [
             out["g0"], out["g_N"], out["g_D"]]
-        if self.size_scatter:  # each size on the regressed law: the standard normals that give it
-            n = data["n_size"]
-            for v, (k0, kN, s0, sN) in LAW_N.items():
-                tau = out[f"tau_{v}_size"] = 2.0 / SIZE_PRIOR_RATE[v]  # the prior's mean
-                L = np.asarray(jax.jacfwd(size_levels)(jnp.zeros(len(n)), n, s0, sN * constants["h_N"], tau))
-                out[f"{v}_size_std"] = np.linalg.lstsq(L, out[k0] + out[kN] * n, rcond=None)[0]
-                out[f"{v}_law_std"] = np.zeros(2)
+        if self.size_scatter:  # each size on the regressed law; tau at its conditional's mean
+            M = len(data["n_size"])
+            k = max(M - 2, 0)
+            for v, (k0, kN, _, _) in LAW_N.items():
+                out[f"{v}_line"] = np.array([out[k0], out[kN]])
+                if k:
+                    out[f"{v}_size_resid"] = np.zeros(k)
+                out[f"{v}_size_u"] = SIZE_PRIOR[v][0] + 0.5 * k
+                out[f"{v}_law_std"] = np.zeros(min(M, 2))
         out.update({"tau_lr": 0.3, "tau_b": 0.3, "tau_loss": 0.01, "kappa1": 0.5, "kappa2": 0.0,
                     "c_lr0": -4.0, "c_lr_N": 0.0, "c_lr_D": 0.0, "delta_lr": 0.5, "p_lr_unit": 0.33,
                     "c_b0": -4.0, "c_b_N": 0.0, "c_b_D": 0.0, "delta_b": 0.0, "p_b_unit": 0.33,
@@ -561,6 +564,10 @@ class Surface(Model):
     def predict(self, draws: Arrays, constants: dict[str, float], N=None, D=None, lr=None, batch=None,
                 seed: int = 0) -> Arrays:
         """Posterior draws at targets, for a new setting (its own offsets drawn from the population).
+
+        With size scatter, a target N within 0.5% of a fitted model size's N is that size: the new setting sits
+        around the size's fitted level (a longer run of a model you trained); any other N is a new size, which
+        draws its own level around the laws.
 
         Parameters
         ----------
@@ -591,13 +598,34 @@ class Surface(Model):
         # width, and half the memory traffic (a 100 x 100 grid from 4,000 draws: 1.4 s -> 0.8 s on 2 busy cores)
         ft = np.float32 if n_draws * int(np.prod(shape)) > 2**22 else np.float64
         p = {k: np.asarray(draws[k], ft) for k in SCALARS}
-        # with size scatter the new setting is of a new size too (without, `_predict_core` skips that term)
-        p.update({k: np.asarray(draws[k], ft) for k in SIZE_SCALARS if k in draws})
         eps = eps.astype(ft)
         c = {k: float(constants[k]) for k in ("m_N", "h_N", "m_D", "h_D", "m_lr", "m_b", "m_y")}
         log = lambda v: None if v is None else np.log(np.broadcast_to(np.asarray(v, float), shape)).astype(ft)  # noqa: E731
-        out = _predict_core(p, eps, c, log(N), log(D), log(lr), log(batch))
+        size = None  # without size scatter, `_predict_core` skips the size term
+        if "tau_lr_size" in draws:
+            size = self._size_terms(draws, constants, np.broadcast_to(np.asarray(N, float), shape), eps[1], ft)
+        out = _predict_core(p, eps[0], c, log(N), log(D), log(lr), log(batch), size)
         return {k: np.asarray(v) for k, v in out.items()}
+
+    @staticmethod
+    def _size_terms(draws: Arrays, constants: dict[str, float], N: np.ndarray, eps: np.ndarray, ft):
+        """The size term of x*, z*, ell at each target: offsets (3, n_draws, M + 1), the M fitted sizes' levels off
+        the law and then a new size's tau_size * eps, and each target's column of them (ints of N's shape)."""
+        # fits saved before the sizes' N were kept: every target is a new size
+        M = int(constants["n_sizes"]) if "size_N_0" in constants else 0
+        log_Nm = np.log([constants[f"size_N_{m}"] for m in range(M)])
+        n_m = (log_Nm - constants["m_N"]) / constants["h_N"]
+        off = []
+        for i, v in enumerate(NEW_SETTING.values()):
+            d = {k: np.asarray(draws[k], float) for k in (f"{v}_size", f"tau_{v}_size", *LAW_N[v][:2])}
+            fitted = d[f"{v}_size"][:, :M] - (d[LAW_N[v][0]][:, None] + d[LAW_N[v][1]][:, None] * n_m)
+            off.append(np.concatenate([fitted, (d[f"tau_{v}_size"] * eps[i])[:, None]], axis=1))
+        idx = np.full(N.shape, M, dtype=np.int32)
+        if M:
+            dist_m = np.abs(np.log(N)[..., None] - log_Nm)  # (shape, M)
+            near = np.argmin(dist_m, axis=-1)
+            idx = np.where(np.min(dist_m, axis=-1) < np.log(1.005), near, M).astype(np.int32)
+        return np.stack(off).astype(ft), idx
 
     def extrapolation(self, constants: dict[str, float], N=None, D=None, lr=None, batch=None) -> dict[str, Any]:
         """Target N and D over the largest fitted (N_ratio, D_ratio > 1: beyond the data)."""
@@ -725,15 +753,17 @@ def _natural_laws(q, logN, logD):
 
 
 @jax.jit
-def _predict_core(p, eps, c, log_N, log_D, log_lr, log_b):
-    """Every draw x every target point in one fused computation (no Python loop over the grid)."""
+def _predict_core(p, eps, c, log_N, log_D, log_lr, log_b, size=None):
+    """Every draw x every target point in one fused computation (no Python loop over the grid). `size`: with
+    size scatter, (offsets, column) from `Surface._size_terms`."""
     ex = (-1,) + (1,) * log_N.ndim
     q = {k: v.reshape(ex) for k, v in p.items()}
     law = laws(q, (log_N - c["m_N"]) / c["h_N"], (log_D - c["m_D"]) / c["h_D"])
-    # a new setting (with size scatter, of a new model size): its own offsets at each level
-    v = {k: law[k] + q[f"tau_{t}"] * eps[0, i].reshape(ex) for i, (k, t) in enumerate(NEW_SETTING.items())}
-    if "tau_lr_size" in q:
-        v = {k: v[k] + q[f"tau_{t}_size"] * eps[1, i].reshape(ex) for i, (k, t) in enumerate(NEW_SETTING.items())}
+    # a new setting: its own offsets at each level
+    v = {k: law[k] + q[f"tau_{t}"] * eps[i].reshape(ex) for i, (k, t) in enumerate(NEW_SETTING.items())}
+    if size is not None:  # of a fitted size (its level) or of a new one (its own offset)
+        off, idx = size
+        v = {k: v[k] + off[i][:, idx] for i, k in enumerate(NEW_SETTING)}
     v.update(log_c_lr=law["log_c_lr"], log_c_b=law["log_c_b"], kappa1=q["kappa1"] + 0.0 * law["x_star"])
     out = {"lr_opt": jnp.exp(c["m_lr"] + v["x_star"]), "batch_opt": jnp.exp(c["m_b"] + v["z_star"]),
            "loss_opt": jnp.exp(c["m_y"] + v["ell"])}
