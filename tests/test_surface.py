@@ -251,6 +251,8 @@ def test_size_scatter_carries_a_new_sizes_scatter(sim):
              + d["a_D"] * (np.log(3e10) - c["m_D"]) / c["h_D"] + d["tau_lr"] * eps[0, 0])
         np.testing.assert_allclose(np.log(f.predict(N=N, D=3e10).draws["lr_opt"]), c["m_lr"] + x, rtol=1e-9, atol=1e-9)
     assert width(f, "lr_opt", N=6e8) < 0.9 * width(f, "lr_opt", N=6e8 * 1.01)  # there: a new size
+    np.testing.assert_array_equal(f.predict(N=[6e8, 6.06e8, 1.5e8], D=3e10).extrapolation["fitted_size"], [1, 0, 1])
+    assert "fitted_size" not in plain.predict(N=6e8, D=3e10).extrapolation
     # figures read the size levels too
     from scalinfer.plots import plot
 

@@ -611,25 +611,24 @@ class Surface(Model):
     def _size_terms(draws: Arrays, constants: dict[str, float], N: np.ndarray, eps: np.ndarray, ft):
         """The size term of x*, z*, ell at each target: offsets (3, n_draws, M + 1), the M fitted sizes' levels off
         the law and then a new size's tau_size * eps, and each target's column of them (ints of N's shape)."""
-        # fits saved before the sizes' N were kept: every target is a new size
-        M = int(constants["n_sizes"]) if "size_N_0" in constants else 0
-        log_Nm = np.log([constants[f"size_N_{m}"] for m in range(M)])
+        log_Nm = _fitted_log_N(constants)
+        M = len(log_Nm)
         n_m = (log_Nm - constants["m_N"]) / constants["h_N"]
         off = []
         for i, v in enumerate(NEW_SETTING.values()):
             d = {k: np.asarray(draws[k], float) for k in (f"{v}_size", f"tau_{v}_size", *LAW_N[v][:2])}
             fitted = d[f"{v}_size"][:, :M] - (d[LAW_N[v][0]][:, None] + d[LAW_N[v][1]][:, None] * n_m)
             off.append(np.concatenate([fitted, (d[f"tau_{v}_size"] * eps[i])[:, None]], axis=1))
-        idx = np.full(N.shape, M, dtype=np.int32)
-        if M:
-            dist_m = np.abs(np.log(N)[..., None] - log_Nm)  # (shape, M)
-            near = np.argmin(dist_m, axis=-1)
-            idx = np.where(np.min(dist_m, axis=-1) < np.log(1.005), near, M).astype(np.int32)
-        return np.stack(off).astype(ft), idx
+        return np.stack(off).astype(ft), _fitted_size(log_Nm, N)
 
     def extrapolation(self, constants: dict[str, float], N=None, D=None, lr=None, batch=None) -> dict[str, Any]:
-        """Target N and D over the largest fitted (N_ratio, D_ratio > 1: beyond the data)."""
-        return super().extrapolation(constants, N=N, D=D)
+        """Target N and D over the largest fitted (N_ratio, D_ratio > 1: beyond the data); with size scatter also
+        ``fitted_size``: 1 where the target N is a fitted model size's (its level is used), 0 for a new size."""
+        out = super().extrapolation(constants, N=N, D=D)
+        if constants.get("size_scatter") and N is not None:
+            log_Nm = _fitted_log_N(constants)
+            out["fitted_size"] = (_fitted_size(log_Nm, np.asarray(N, float)) < len(log_Nm)).astype(float)
+        return out
 
     def fit_warnings(self, fit) -> list[str]:
         out = []
@@ -703,6 +702,21 @@ class Surface(Model):
         loss = np.where(diverged, np.nan, np.exp(y))
         return df.assign(loss=loss, diverged=diverged, true_lr_opt=np.exp(v["x_star"])[s_idx],
                          true_batch_opt=np.exp(v["z_star"])[s_idx], true_loss_opt=np.exp(v["ell"])[s_idx])
+
+
+def _fitted_log_N(constants: dict[str, float]) -> np.ndarray:
+    """log N of each fitted model size (none for fits saved before they were kept: every target a new size)."""
+    M = int(constants["n_sizes"]) if "size_N_0" in constants else 0
+    return np.log([constants[f"size_N_{m}"] for m in range(M)])
+
+
+def _fitted_size(log_Nm: np.ndarray, N: np.ndarray) -> np.ndarray:
+    """Index of the fitted size each target N is (within 0.5%), else len(log_Nm) (a new size); N's shape."""
+    M = len(log_Nm)
+    if not M:
+        return np.full(np.shape(N), 0, dtype=np.int32)
+    dist_m = np.abs(np.log(N)[..., None] - log_Nm)
+    return np.where(np.min(dist_m, -1) < np.log(1.005), np.argmin(dist_m, -1), M).astype(np.int32)
 
 
 def _mid_half(v: np.ndarray) -> tuple[float, float]:
