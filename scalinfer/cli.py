@@ -285,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     except ScalinferError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except FileNotFoundError as e:
-        print(f"error: {e.filename or e}: no such file", file=sys.stderr)
+    except OSError as e:  # no such file, a full disk, no permission...: the path and why, no traceback
+        print(f"error: {e.filename or 'a file'}: {e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -126,3 +126,7 @@ def test_plan_cli_writes_a_sweep_file(tmp_path):
     assert bad.code != 0
     bad = run_cli("plan", "--size", "d32l2h2", "--target-N", "1e6", "--target-D", "1e7", "--batches", "500")
     assert bad.code == 2 and bad.err.startswith("error:") and "seq_len" in bad.err
+    # a path that cannot be written (its folder is a file): an error naming it, not a traceback
+    bad = run_cli("plan", "--size", "d32l2h2", "--target-N", "1e6", "--target-D", "1e7", "-o", out / "x.toml")
+    assert bad.code == 2 and f"{out} is a file, not a folder" in bad.err and "Traceback" not in bad.err
+    assert tomllib.loads(out.read_text())["sweep"]["preset"] == "cal-xs"  # the earlier file is untouched
