@@ -78,3 +78,44 @@ def test_fit_after_clearing_jax_caches_hits_the_persistent_cache():
 def test_split_kwargs(value, dynamic):
     dyn, static = split_kwargs({"x": value})
     assert ("x" in dyn) == dynamic and (dict(static).get("x") is not None) == (not dynamic)
+
+
+def test_equal_models_share_their_programs():
+    """Every fit with model options builds a new (frozen, equal) model object, and Python compares bound
+    methods by the identity of their instance: programs are keyed on the instance's equality, or each such
+    fit would compile and keep a program of its own (what stopped a 100-table calibration run after ~30)."""
+    from scalinfer.inference.compiled import program
+
+    builds = []
+
+    @program
+    def build(model_fn, static):
+        builds.append(model_fn)
+        return object()
+
+    surface = get_model("surface")
+    a, b = surface.with_options(size_scatter=True), surface.with_options(size_scatter=True)
+    assert a is not b and a.model != b.model  # what Python says of the bound methods
+    assert build(a.model, ()) is build(b.model, ()) and len(builds) == 1
+    build(surface.with_options(size_scatter=False).model, ())
+    assert len(builds) == 2  # another model, another program
+
+
+def test_release_if_crowded_drops_the_programs(monkeypatch):
+    """Near the OS's limit on memory maps every compiled program is dropped (JAX's persistent cache brings them
+    back); well below it nothing happens."""
+    from scalinfer.inference import compiled
+
+    if not os.path.exists("/proc/sys/vm/max_map_count"):
+        pytest.skip("no /proc here: the release is a no-op")
+
+    @compiled.program
+    def build(model_fn, static):
+        return object()
+
+    build(len, ())
+    cache = compiled._CACHES[-1]
+    monkeypatch.setattr(compiled, "_count_lines", lambda path: 10)
+    assert not compiled.release_if_crowded() and len(cache) == 1
+    monkeypatch.setattr(compiled, "_count_lines", lambda path: 10**9)
+    assert compiled.release_if_crowded() and len(cache) == 0

@@ -14,6 +14,7 @@ This module holds what the inference programs share:
   static ones: Python ints, bools and strings, which a model may use for shapes or branches);
 - `program`: a decorator caching one jitted function per (model, static kwargs, settings), so a second fit
   in the same process reuses the compiled executable without tracing again;
+- `release_if_crowded`: drops every compiled program when the process nears the OS's limit on memory maps;
 - `model_sites`: what the model's sites are (names, types, supports), from an abstract trace that compiles
   nothing;
 - `CompileLog`: counts XLA compilations and persistent-cache hits in a block (tests and benchmarks).
@@ -22,13 +23,14 @@ This module holds what the inference programs share:
 from __future__ import annotations
 
 import functools
+import gc
 import threading
 from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["split_kwargs", "join_kwargs", "program", "model_sites", "log_likelihood", "CompileLog",
-           "tree_unraveler"]
+__all__ = ["split_kwargs", "join_kwargs", "program", "release_if_crowded", "model_sites", "log_likelihood",
+           "CompileLog", "tree_unraveler"]
 
 
 def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
@@ -65,18 +67,24 @@ def join_kwargs(dynamic: dict[str, Any], static: tuple[tuple[str, Any], ...]) ->
 
 
 def _model_key(model_fn: Callable) -> Any:
-    """A hashable identity of a model function: itself if hashable (a function, or a bound method of a
-    hashable model such as a frozen dataclass), else (class, function name, repr of the instance)."""
-    try:
-        hash(model_fn)
+    """A hashable identity of a model function. A bound method is keyed by (class, function, instance), so
+    equal instances share programs: Python compares bound methods by the *identity* of their instance, and
+    every fit with model options builds a new (frozen, equal) model, so keying on the method itself compiled
+    and kept a new program per fit (~2,000 memory maps each on CPU, until the OS's 65,530 stopped the process
+    after ~30 fits). An unhashable instance is keyed by its repr; a plain function by itself."""
+    owner, func = getattr(model_fn, "__self__", None), getattr(model_fn, "__func__", None)
+    if owner is None or func is None:
         return model_fn
+    try:
+        hash(owner)
+        return (type(owner), func, owner)
     except TypeError:
-        owner = getattr(model_fn, "__self__", None)
-        return (type(owner), getattr(model_fn, "__name__", ""), repr(owner))
+        return (type(owner), func, repr(owner))
 
 
 _LOCK = threading.Lock()
 _MAX_PROGRAMS = 64
+_CACHES: list[dict[Any, Callable]] = []
 
 
 def program(build: Callable) -> Callable:
@@ -86,6 +94,7 @@ def program(build: Callable) -> Callable:
     reused by later fits; JAX's persistent cache covers new processes and `jax.clear_caches()`.
     """
     cache: dict[Any, Callable] = {}
+    _CACHES.append(cache)
 
     @functools.wraps(build)
     def get(model_fn: Callable, static: tuple, *settings: Any) -> Callable:
@@ -100,6 +109,41 @@ def program(build: Callable) -> Callable:
 
     get.cache = cache  # type: ignore[attr-defined]
     return get
+
+
+def _count_lines(path: str) -> int | None:
+    try:
+        with open(path, "rb") as fh:
+            return sum(1 for _ in fh)
+    except OSError:
+        return None
+
+
+def release_if_crowded(fraction: float = 0.5) -> bool:
+    """Drop every compiled program (ours and JAX's in-memory caches) when this process holds more than
+    `fraction` of the OS's limit on memory maps (Linux: /proc/sys/vm/max_map_count, 65,530 by default).
+
+    Each XLA CPU executable holds hundreds of memory maps, so a long session that fits tables of many
+    different shapes (a calibration study with varying numbers of diverged runs, a notebook looping over
+    subsets) used to stop with LLVM's "Cannot allocate memory" after a few dozen distinct programs. Programs
+    dropped here come back from JAX's persistent cache in a fraction of a second. Returns whether it dropped
+    them (never where /proc is not there)."""
+    n = _count_lines("/proc/self/maps")
+    try:
+        with open("/proc/sys/vm/max_map_count") as fh:
+            limit = int(fh.read().strip())
+    except (OSError, ValueError):
+        return False
+    if n is None or n < fraction * limit:
+        return False
+    import jax
+
+    with _LOCK:
+        for cache in _CACHES:
+            cache.clear()
+    jax.clear_caches()
+    gc.collect()
+    return True
 
 
 def tree_unraveler(z: dict[str, Any]) -> Callable[[np.ndarray], dict[str, np.ndarray]]:

@@ -94,8 +94,12 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     if method == "bootstrap":
         raise ModelError(f"model {m.name!r} is Bayesian: use --method nuts, map or laplace")
 
+    from scalinfer.inference.compiled import release_if_crowded
     from scalinfer.inference.optimize import find_map, laplace_draws, laplace_flat
 
+    if release_if_crowded():
+        _log("dropped the compiled programs of earlier fits (this process neared the OS's memory-map limit); "
+             "they come back from the persistent cache", quiet)
     kwargs = m.model_kwargs(data, constants)
     _log(f"{m.name}: {len(runs)} runs; finding the posterior mode", quiet)
     point = find_map(m.model, kwargs, m.init_values(data, constants), seed=seed)
