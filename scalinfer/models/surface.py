@@ -67,28 +67,31 @@ tau_size; with one or two sizes it is its prior's.
 Geometry: with tau sampled, its funnel dominates. Sampling A_m = a0 + a_N n_m + tau e_m non-centered put
 (a0, a_N) on a ridge with e whose direction turns with tau (4 x (500 + 1,000) on Step Law: 113-133 leapfrog
 steps per draw, 48-208 divergences); centered, the joint mode sat at tau = 0; with the law integrated out and
-tau sampled, 75-87 steps per draw at target acceptance 0.95. So NUTS does not see tau. The levels are sampled
-as the least-squares line through them and the residuals about it, tau integrated out:
+the levels non-centered, 75-87 steps per draw at target acceptance 0.95. So the law is integrated out and
+tau is integrated out of the levels' residuals about their least-squares line; both are drawn afterwards from
+their exact conditionals. With X = [1, n] = Q R (Q_perp an orthonormal basis of the rest):
 
 .. math::
 
-    A = X \lambda + Q_\perp r, \qquad \lambda \sim \mathcal N(0, P), \qquad
-    r \sim t_{2\alpha}\big(0, (\beta/\alpha) I_{M-2}\big)
+    A = Q \gamma + Q_\perp r, \qquad r \sim t_{2\alpha}\big(0, (\beta/\alpha) I_{M-2}\big), \qquad
+    \gamma \mid \tau \sim \mathcal N(0, \tau^2 I + R P R^T)
 
-(X = [1, n], P the law's prior covariance, Q_perp an orthonormal basis of the complement of X's columns: r ~
-N(0, tau^2 I) under tau^2 ~ InverseGamma(alpha, beta) is that multivariate t). The data see the levels only,
-so tau and the law are drawn from their exact conditionals, as functions of variables the data do not touch:
-tau^2 = (beta + |r|^2 / 2) / u with u ~ Gamma(alpha + (M - 2)/2, 1), and law = lambda - tau X^+ Q epsilon with
-epsilon ~ N(0, I_2) (Q: an orthonormal basis of X's columns; `size_levels`). Then A - X law = tau (Q epsilon
-+ Q_perp r / tau) ~ N(0, tau^2 I): the model above, with the law's prior widened from P to P + tau^2 (X^T
-X)^-1, the sampling variance of a least-squares line through M sizes (under 1% of P on Step Law).
+(P the law's prior covariance): A = X beta + tau e with beta ~ N(0, P) is that, since r = Q_perp^T A ~ N(0,
+tau^2 I) under tau^2 ~ InverseGamma(alpha, beta) is the multivariate t. Then tau^2 = (beta + |r|^2 / 2) / u with
+u ~ Gamma(alpha + (M - 2)/2, 1), tau's conditional given r, and the law (a0, a_N) ~ N(G^-1 X^T A, tau^2 G^-1)
+with G = X^T X + tau^2 P^-1 (`law_given_levels`), its conditional given the levels (the data see the levels
+only). The data pin r and gamma; tau reaches the density only through gamma's covariance, where R P R^T
+outweighs tau^2 unless the sizes span little of log N. Tried and dropped: gamma ~ N(0, R P R^T), free of tau
+(so the law's prior becomes P + tau^2 (X^T X)^-1: harmless on Step Law's dense grid, but with Step Law's MoE
+sizes 0.3% apart in total N the law's N exponent was known to +-50 instead of the prior's +-1); the law
+sampled and all M sizes' deviations from it t-distributed (46-48 steps per draw against 41).
 ``tau_*_size^2 ~ InverseGamma(1, 0.005)`` (loss: ``InverseGamma(1, 5e-5)``): tau's median 8.5% (loss 0.85%),
 90% of the mass within 4-31% (0.4-3.1%), and a tail of t with 2 degrees of freedom for a size far off. It is
 conservative at the low end (P(tau < 3%) = 0.4%): with a handful of sizes the data cannot tell a 1% scatter
 from a 5% one, and the prior takes the wider. Cost, 4 x (500 + 1,000) on Step Law with compiled programs
-cached: 44 leapfrog steps per draw against 32 without, 1 divergence in 4,000, 40 s against 23 s on the 1,746
-runs with N <= 6e8; 40 steps against 28, no divergences, 40 s against 21 s on all 1,911 (each gradient costs
-1.16x). Hence an option, not the default (issue #8's fit-time targets are the default's).
+cached: 41 leapfrog steps per draw against 32 without, 3 divergences in 4,000, 45 s against 23 s on the 1,746
+runs with N <= 6e8; 41 steps against 28, no divergences, 50 s against 21 s on all 1,911 (each gradient costs
+~1.15x). Hence an option, not the default (issue #8's fit-time targets are the default's).
 
 A prediction at a target (N, D) is for a *new* setting: it draws its own offsets epsilon ~ N(0, 1), so its
 intervals include the scatter of settings around the laws, not only the uncertainty of the laws. With size
@@ -167,7 +170,8 @@ from scalinfer.models.base import Arrays, Model
 from scalinfer.runs.schema import RunTable
 
 __all__ = ["Surface", "MODEL", "Exceeds", "laws", "setting_values", "surface_terms", "surface_at", "settings_of",
-           "censor_levels", "sizes_of", "size_basis", "size_levels", "size_offsets"]
+           "censor_levels", "sizes_of", "size_basis", "size_line_scale", "law_given_levels",
+           "size_offsets"]
 
 #: sampled scalar parameters, in the order the model samples them
 SCALARS = ("a0", "a_N", "a_D", "b0", "b_N", "b_D", "kappa1", "kappa2", "g0", "g_N", "g_D",
@@ -230,31 +234,47 @@ def laws(p: dict[str, Any], n, d) -> dict[str, Any]:
     }
 
 
-def size_basis(n) -> tuple[np.ndarray, np.ndarray]:
-    """For M model sizes at scaled log N `n`: an orthonormal basis Q_perp (M, M - r) of the sizes' levels about
-    their least-squares line (r = rank [1, n] = min(M, 2)), and W = X^+ Q (2, r), which maps r standard normals
-    to the law's deviation from that line (see the module docstring). `n` is data (numpy): computed once, outside
-    the traced program."""
+def _chol2(a, b, c):
+    """Lower Cholesky factor [[l11, 0], [l21, l22]] of the 2 x 2 matrix [[a, b], [b, c]] (elementwise: no LAPACK
+    call per gradient)."""
+    l11 = jnp.sqrt(a)
+    l21 = b / l11
+    return l11, l21, jnp.sqrt(c - l21 * l21)
+
+
+def size_basis(n) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """X = [1, n] = Q R for M model sizes at scaled log N `n`: (Q (M, r), R (r, 2), Q_perp (M, M - r)), r = min(M,
+    2); Q spans the levels' least-squares line, Q_perp their residuals about it. `n` is data (numpy): computed
+    once, outside the traced program."""
     n = np.asarray(n, float)
-    X = np.stack([np.ones_like(n), n], axis=-1)
-    Qf, _ = np.linalg.qr(X, mode="complete")
+    Qf, R = np.linalg.qr(np.stack([np.ones_like(n), n], axis=-1), mode="complete")
     r = min(len(n), 2)
-    return Qf[:, r:], np.linalg.pinv(X) @ Qf[:, :r]
+    return Qf[:, :r], R[:r], Qf[:, r:]
 
 
-def size_levels(line, resid, u, law_std, n, alpha, beta):
-    """The size scatter's levels, scale and law from its sampled coordinates (see the module docstring).
+def size_line_scale(R, s0, sN, tau):
+    """Lower Cholesky factor of tau^2 I + R P R^T, P = diag(s0^2, sN^2): the covariance of the sizes' levels along
+    the law's directions, Q^T A, when A = X beta + tau e with beta ~ N(0, P), e ~ N(0, I)."""
+    B = lambda i, j: R[i, 0] * R[j, 0] * s0 ** 2 + R[i, 1] * R[j, 1] * sN ** 2  # noqa: E731
+    t2 = tau * tau
+    if R.shape[0] == 1:
+        return jnp.sqrt(t2 + B(0, 0)).reshape(1, 1)
+    l11, l21, l22 = _chol2(t2 + B(0, 0), B(0, 1), t2 + B(1, 1))
+    return jnp.stack([jnp.stack([l11, 0.0 * l11]), jnp.stack([l21, l22])])
 
-    line : (2,) intercept and slope of the least-squares line through the sizes' levels.
-    resid : (M - 2,) the levels about that line in the basis `size_basis` (empty for M <= 2).
-    u : Gamma(alpha + (M - 2)/2, 1): tau^2 = (beta + |resid|^2 / 2) / u, tau's exact conditional given `resid`.
-    law_std : (min(M, 2),) standard normals: the law = line - tau W law_std, its exact conditional.
-    Returns (A (M,), tau, law (2,)).
-    """
-    Q_perp, W = size_basis(n)
-    A = line[0] + line[1] * jnp.asarray(n) + Q_perp @ resid
-    tau = jnp.sqrt((beta + 0.5 * (resid @ resid)) / u)
-    return A, tau, line - tau * (W @ law_std)
+
+def law_given_levels(A, std, n, s0, sN, tau):
+    """(intercept, slope) of the law given the levels A: N(b, tau^2 G^-1) with G = X^T X + tau^2 P^-1 and b = G^-1
+    X^T A (the ridge regression of A on X), at standard normal `std` (2,). The data see the levels only, so this is
+    the law's exact conditional posterior."""
+    n = np.asarray(n, float)
+    t2 = tau * tau
+    g11, g12, g22 = len(n) + t2 / s0 ** 2, float(n.sum()), float(n @ n) + t2 / sN ** 2
+    det = g11 * g22 - g12 * g12
+    y1, y2 = jnp.sum(A, -1), A @ n
+    b1, b2 = (g22 * y1 - g12 * y2) / det, (g11 * y2 - g12 * y1) / det
+    l11, l21, l22 = _chol2(g22 / det, -g12 / det, g11 / det)  # chol of G^-1
+    return jnp.stack([b1 + tau * l11 * std[0], b2 + tau * (l21 * std[0] + l22 * std[1])], axis=-1)
 
 
 def size_offsets(p: dict[str, Any], n_s, size_s=None) -> dict[str, Any]:
@@ -357,7 +377,8 @@ class Surface(Model):
     targets = ("N", "D", "lr", "batch")
     observed = ("log_loss", "diverged_obs")
     dims = {**{k: ["setting"] for k in SETTING}, **{k: ["size"] for k in SIZE},
-            **{f"{v}_line": ["law_coef"] for v in LAW_N}, **{f"{v}_size_resid": ["size_resid"] for v in LAW_N}}
+            **{f"{v}_size_line": ["law_dir"] for v in LAW_N}, **{f"{v}_size_resid": ["size_resid"] for v in LAW_N},
+            **{f"{v}_law_std": ["law_coef"] for v in LAW_N}}
 
     def __post_init__(self):
         if not (np.isfinite(self.divergence_ratio) and self.divergence_ratio > 1):
@@ -434,8 +455,9 @@ class Surface(Model):
     def coords(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
         out = {"setting": np.arange(len(data["n_s"]))}
         if self.size_scatter:
-            out.update(size=np.arange(len(data["n_size"])), law_coef=["intercept", "N"],
-                       size_resid=np.arange(max(len(data["n_size"]) - 2, 0)))
+            M = len(data["n_size"])
+            out.update(size=np.arange(M), law_coef=["intercept", "N"], law_dir=np.arange(min(M, 2)),
+                       size_resid=np.arange(max(M - 2, 0)))
         return out
 
     # ---- the NumPyro model ---------------------------------------------------------------------------------
@@ -466,20 +488,22 @@ class Surface(Model):
         p["tau_b"] = numpyro.sample("tau_b", dist.HalfNormal(0.3))
         tau_loss = numpyro.sample("tau_loss", dist.HalfNormal(0.02))
         if size_scatter:
-            M = len(n_size)
-            k = max(M - 2, 0)  # the sizes' residual directions about their least-squares line
+            Q, R, Q_perp = size_basis(n_size)
+            k = Q_perp.shape[1]  # the sizes' residual directions about their least-squares line: M - 2
             for v, (alpha, beta) in SIZE_PRIOR.items():
                 k0, kN, s0, sN = LAW_N[v]
-                line = numpyro.sample(f"{v}_line", dist.Normal(0.0, jnp.array([s0, sN * h_N])).to_event(1))
-                # the residuals with tau integrated out: N(0, tau^2 I) under tau^2 ~ InvGamma(alpha, beta)
+                # the residuals, tau integrated out: N(0, tau^2 I) under tau^2 ~ InvGamma(alpha, beta)
                 r = numpyro.sample(f"{v}_size_resid", dist.MultivariateStudentT(
                     2.0 * alpha, jnp.zeros(k), jnp.sqrt(beta / alpha) * jnp.eye(k))) if k else jnp.zeros(0)
-                # tau and the law from their exact conditionals (the data see the levels only)
+                # tau from its exact conditional given them
                 u = numpyro.sample(f"{v}_size_u", dist.Gamma(alpha + 0.5 * k, 1.0))
-                law_std = numpyro.sample(f"{v}_law_std", dist.Normal(0.0, 1.0).expand([min(M, 2)]).to_event(1))
-                A, tau, law = size_levels(line, r, u, law_std, n_size, alpha, beta)
-                p[f"{v}_size"] = numpyro.deterministic(f"{v}_size", A)
-                p[f"tau_{v}_size"] = numpyro.deterministic(f"tau_{v}_size", tau)
+                tau = p[f"tau_{v}_size"] = numpyro.deterministic(f"tau_{v}_size", jnp.sqrt((beta + 0.5 * r @ r) / u))
+                # the levels along the law's directions, centered (the data pin them)
+                line = numpyro.sample(f"{v}_size_line", dist.MultivariateNormal(
+                    jnp.zeros(Q.shape[1]), scale_tril=size_line_scale(R, s0, sN * h_N, tau)))
+                A = p[f"{v}_size"] = numpyro.deterministic(f"{v}_size", Q @ line + Q_perp @ r)
+                law_std = numpyro.sample(f"{v}_law_std", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+                law = law_given_levels(A, law_std, n_size, s0, sN * h_N, tau)
                 p[k0] = numpyro.deterministic(k0, law[0])
                 p[kN] = numpyro.deterministic(kN, law[1])
         sigma0 = numpyro.sample("sigma0", dist.HalfNormal(0.02))
@@ -529,14 +553,14 @@ class Surface(Model):
         out["ell"] = out["ell"] + np.column_stack([np.ones(S), data["n_s"], data["d_s"]]) @ [
             out["g0"], out["g_N"], out["g_D"]]
         if self.size_scatter:  # each size on the regressed law; tau at its conditional's mean
-            M = len(data["n_size"])
-            k = max(M - 2, 0)
+            Q, _, Q_perp = size_basis(data["n_size"])
+            k = Q_perp.shape[1]
             for v, (k0, kN, _, _) in LAW_N.items():
-                out[f"{v}_line"] = np.array([out[k0], out[kN]])
                 if k:
                     out[f"{v}_size_resid"] = np.zeros(k)
                 out[f"{v}_size_u"] = SIZE_PRIOR[v][0] + 0.5 * k
-                out[f"{v}_law_std"] = np.zeros(min(M, 2))
+                out[f"{v}_size_line"] = Q.T @ (out[k0] + out[kN] * data["n_size"])
+                out[f"{v}_law_std"] = np.zeros(2)
         out.update({"tau_lr": 0.3, "tau_b": 0.3, "tau_loss": 0.01, "kappa1": 0.5, "kappa2": 0.0,
                     "c_lr0": -4.0, "c_lr_N": 0.0, "c_lr_D": 0.0, "delta_lr": 0.5, "p_lr_unit": 0.33,
                     "c_b0": -4.0, "c_b_N": 0.0, "c_b_D": 0.0, "delta_b": 0.0, "p_b_unit": 0.33,
