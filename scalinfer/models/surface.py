@@ -59,7 +59,10 @@ from the laws: with ``size_scatter`` each law is, for the sizes m = 1..M at scal
 that sits off the power law pins the N slope as if the settings' scatter were all the noise there is: on
 Step Law, fitting N < N_k and predicting every setting of the next size N_k, the 90% intervals of lr_opt held
 the grid's best LR in 8 of 13 held-out settings (2 of 4 when two sizes 1.25x apart were fit) and the best
-batch in 9; with size scatter 12 and 12 of 13 (benchmarks/steplaw_lr.py, "held out by size").
+batch in 9; with size scatter 12 and 12 of 13 (benchmarks/steplaw_lr.py, "held out by size"). On 100 data sets
+simulated with size scatter and every scatter drawn from its prior, the option's 90% intervals at a new size 2x
+the largest held the truth 95% (lr_opt) and 92% (batch_opt) of the time, its 50% intervals 59% and 52%
+(benchmarks/calibration_lr.py --size-scatter --tau-prior).
 
 With M sizes, the M - 2 directions of their levels off their least-squares line are what the data say about
 tau_size; with one or two sizes it is its prior's.
@@ -89,9 +92,9 @@ sampled and all M sizes' deviations from it t-distributed (46-48 steps per draw 
 90% of the mass within 4-31% (0.4-3.1%), and a tail of t with 2 degrees of freedom for a size far off. It is
 conservative at the low end (P(tau < 3%) = 0.4%): with a handful of sizes the data cannot tell a 1% scatter
 from a 5% one, and the prior takes the wider. Cost, 4 x (500 + 1,000) on Step Law with compiled programs
-cached: 41 leapfrog steps per draw against 32 without, 3 divergences in 4,000, 45 s against 23 s on the 1,746
-runs with N <= 6e8; 41 steps against 28, no divergences, 50 s against 21 s on all 1,911 (each gradient costs
-~1.15x). Hence an option, not the default (issue #8's fit-time targets are the default's).
+cached: 41 leapfrog steps per draw against 32 without, 3 divergences in 4,000, 40 s against 25 s on the 1,746
+runs with N <= 6e8 (benchmarks/steplaw_lr.py); 41 steps against 28, no divergences, 50 s against 21 s on all
+1,911 (each gradient costs ~1.15x). Hence an option, not the default (issue #8's fit-time targets are the default's).
 
 A prediction at a target (N, D) is for a *new* setting: it draws its own offsets epsilon ~ N(0, 1), so its
 intervals include the scatter of settings around the laws, not only the uncertainty of the laws. With size
