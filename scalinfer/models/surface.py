@@ -555,7 +555,7 @@ class Surface(Model):
         out["x_star_s"], out["z_star_s"] = law_x + 0.3 * out["eps_lr"], law_z + 0.3 * out["eps_b"]
         out["ell"] = out["ell"] + np.column_stack([np.ones(S), data["n_s"], data["d_s"]]) @ [
             out["g0"], out["g_N"], out["g_D"]]
-        if self.size_scatter:  # each size on the regressed law; tau at its conditional's mean
+        if self.size_scatter:  # each size on the regressed law (no residuals), u at its mean
             Q, _, Q_perp = size_basis(data["n_size"])
             k = Q_perp.shape[1]
             for v, (k0, kN, _, _) in LAW_N.items():
