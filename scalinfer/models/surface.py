@@ -640,12 +640,12 @@ class Surface(Model):
         the law and then a new size's tau_size * eps, and each target's column of them (ints of N's shape)."""
         log_Nm = _fitted_log_N(constants)
         M = len(log_Nm)
-        n_m = (log_Nm - constants["m_N"]) / constants["h_N"]
-        off = []
-        for i, v in enumerate(NEW_SETTING.values()):
-            d = {k: np.asarray(draws[k], float) for k in (f"{v}_size", f"tau_{v}_size", *LAW_N[v][:2])}
-            fitted = d[f"{v}_size"][:, :M] - (d[LAW_N[v][0]][:, None] + d[LAW_N[v][1]][:, None] * n_m)
-            off.append(np.concatenate([fitted, (d[f"tau_{v}_size"] * eps[i])[:, None]], axis=1))
+        # the fitted sizes' levels off the law, as the model computes them for its settings
+        q = {k: np.asarray(draws[k], float)[:, None] for v in LAW_N.values() for k in v[:2]}
+        q.update({k: np.asarray(draws[k], float) for k in SIZE})
+        fitted = size_offsets(q, (log_Nm - constants["m_N"]) / constants["h_N"], np.arange(M))
+        off = [np.concatenate([fitted[k], (np.asarray(draws[f"tau_{v}_size"], float) * eps[i])[:, None]], axis=1)
+               for i, (k, v) in enumerate(NEW_SETTING.items())]
         return np.stack(off).astype(ft), _fitted_size(log_Nm, N)
 
     def extrapolation(self, constants: dict[str, float], N=None, D=None, lr=None, batch=None) -> dict[str, Any]:
@@ -740,8 +740,8 @@ def _fitted_log_N(constants: dict[str, float]) -> np.ndarray:
 def _fitted_size(log_Nm: np.ndarray, N: np.ndarray) -> np.ndarray:
     """Index of the fitted size each target N is (within 0.5%), else len(log_Nm) (a new size); N's shape."""
     M = len(log_Nm)
-    if not M:
-        return np.full(np.shape(N), 0, dtype=np.int32)
+    if not M:  # every target is a new size: the only column
+        return np.full(np.shape(N), M, dtype=np.int32)
     dist_m = np.abs(np.log(N)[..., None] - log_Nm)
     return np.where(np.min(dist_m, -1) < np.log(1.005), np.argmin(dist_m, -1), M).astype(np.int32)
 
