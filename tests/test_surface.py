@@ -199,11 +199,12 @@ def test_size_scatter_prior_and_conditional_of_tau():
     """The residuals' prior is N(0, tau^2 I) with tau^2 ~ InverseGamma(alpha, beta) integrated out (the model
     samples NumPyro's multivariate t with 2 alpha degrees of freedom and scale sqrt(beta / alpha)), and tau^2 =
     (beta + |r|^2 / 2) / u with u ~ Gamma(alpha + k/2) is tau^2's exact conditional given r. Both checked against
-    quadrature of the mixture over a log grid of tau^2 (relative error of the quadrature ~1e-6)."""
+    quadrature of the mixture over a log grid of tau^2 (relative error of the quadrature ~1e-6). The model's
+    `IsotropicStudentT` must also equal NumPyro's multivariate t to float32 rounding."""
     import numpyro.distributions as dist
     from scipy import stats
 
-    from scalinfer.models.surface import SIZE_PRIOR
+    from scalinfer.models.surface import SIZE_PRIOR, IsotropicStudentT
 
     alpha, beta = SIZE_PRIOR["lr"]
     k = 3
@@ -213,13 +214,67 @@ def test_size_scatter_prior_and_conditional_of_tau():
     for r in (np.array([0.01, -0.02, 0.0]), np.array([0.1, 0.05, -0.12]), np.array([0.6, -0.4, 0.3])):
         like = np.prod(stats.norm(0.0, np.sqrt(t2)[:, None]).pdf(r), axis=1)
         marginal = np.trapezoid(like * prior, log_t2)
-        mvt = dist.MultivariateStudentT(2 * alpha, np.zeros(k), np.sqrt(beta / alpha) * np.eye(k)).log_prob(r)
+        mvt = IsotropicStudentT(2 * alpha, k, np.sqrt(beta / alpha)).log_prob(r)
         np.testing.assert_allclose(float(mvt), np.log(marginal), rtol=1e-5)
+        numpyro_mvt = dist.MultivariateStudentT(2 * alpha, np.zeros(k), np.sqrt(beta / alpha) * np.eye(k))
+        np.testing.assert_allclose(float(mvt), float(numpyro_mvt.log_prob(r)), rtol=1e-6)
         cdf = np.cumsum(like * prior) * (log_t2[1] - log_t2[0]) / marginal
         post = stats.gamma(alpha + k / 2)  # tau^2 <= t  <=>  u >= (beta + |r|^2/2) / t
         for q in (0.05, 0.5, 0.95):
             t = t2[np.searchsorted(cdf, q)]
             assert abs(post.sf((beta + 0.5 * r @ r) / t) - q) < 1e-3
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_small_normal_is_numpyros(k):
+    """`SmallNormal` (forward substitution written out) has NumPyro's multivariate normal density, values and
+    gradients, to float64 rounding."""
+    import jax
+    import jax.numpy as jnp
+    import numpyro.distributions as dist
+
+    from scalinfer.models.surface import SmallNormal
+
+    jax.config.update("jax_enable_x64", True)
+    rng = np.random.default_rng(k)
+    A = rng.normal(size=(k, k))
+    L = jnp.asarray(np.linalg.cholesky(A @ A.T + 0.5 * np.eye(k)))
+    loc, x = jnp.asarray(rng.normal(size=k)), jnp.asarray(rng.normal(size=k))
+    for f in (lambda L, x: SmallNormal(loc, scale_tril=L).log_prob(x),
+              jax.grad(lambda L, x: SmallNormal(loc, scale_tril=L).log_prob(x), argnums=(0, 1))):
+        ours = f(L, x)
+        g = jax.grad(lambda L, x: dist.MultivariateNormal(loc, scale_tril=L).log_prob(x), argnums=(0, 1))
+        theirs = dist.MultivariateNormal(loc, scale_tril=L).log_prob(x) if not isinstance(ours, tuple) else g(L, x)
+        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+            np.testing.assert_allclose(np.tril(a) if np.ndim(a) == 2 else a, np.tril(b) if np.ndim(b) == 2 else b,
+                                       rtol=1e-10, atol=1e-12)
+
+
+def test_size_scatter_potential_stays_float32(sim):
+    """NUTS evaluates the surface's potential in float32 (`Surface.potential_dtype`). A NumPy float64 constant
+    among the size terms (the sizes' basis, a prior's scale) once promoted every setting's and run's terms to
+    float64, which made each leapfrog step ~1.6x slower; every site with more than one value stays float32."""
+    import jax
+    import jax.numpy as jnp
+    from numpyro import handlers
+    from numpyro.infer.util import constrain_fn, initialize_model
+
+    from scalinfer.models.surface import MODEL
+
+    _, df = sim
+    m = MODEL.with_options(size_scatter=True)
+    data, constants = m.prepare(_runs(df))
+    kw = {k: jnp.asarray(v, jnp.float32) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
+          for k, v in m.model_kwargs(data, constants).items()}
+    z = initialize_model(jax.random.PRNGKey(0), m.model, model_kwargs=kw).param_info.z
+    params = constrain_fn(m.model, (), kw, jax.tree.map(lambda v: v.astype(jnp.float32), z))
+    trace = handlers.trace(handlers.substitute(m.model, data=params)).get_trace(**kw)
+    dtypes = {k: s["fn"].log_prob(s["value"]).dtype for k, s in trace.items()
+              if s["type"] == "sample" and np.size(s["fn"].log_prob(s["value"])) > 1}
+    assert {"obs", "eps_lr", "ell"} <= set(dtypes)
+    assert all(d == jnp.float32 for d in dtypes.values()), dtypes
+    assert all(trace[k]["value"].dtype == jnp.float32 for k in ("lr_size", "a0", "a_N", "tau_lr_size")), {
+        k: trace[k]["value"].dtype for k in ("lr_size", "a0", "a_N", "tau_lr_size")}
 
 
 def test_size_scatter_carries_a_new_sizes_scatter(sim):
