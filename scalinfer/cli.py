@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--n-kind", default="total", choices=("total", "active"), help="MoE: N is total or active")
     s.add_argument("--size-scatter", action="store_true",
                    help="surface: each model size (distinct N) scatters around the laws, so predictions at a new "
-                        "N carry that scatter (honest in N, ~2x slower; see scalinfer.models.surface)")
+                        "N carry that scatter (honest in N, up to ~1.5x slower; see scalinfer.models.surface)")
     s.add_argument("--method", default=None, choices=("nuts", "map", "laplace", "bootstrap"))
     s.add_argument("--chains", type=int, default=4)
     s.add_argument("--warmup", type=int, default=500)

@@ -92,9 +92,10 @@ sampled and all M sizes' deviations from it t-distributed (46-48 steps per draw 
 90% of the mass within 4-31% (0.4-3.1%), and a tail of t with 2 degrees of freedom for a size far off. It is
 conservative at the low end (P(tau < 3%) = 0.4%): with a handful of sizes the data cannot tell a 1% scatter
 from a 5% one, and the prior takes the wider. Cost, 4 x (500 + 1,000) on Step Law with compiled programs
-cached: 41 leapfrog steps per draw against 32 without, 3 divergences in 4,000, 40 s against 25 s on the 1,746
-runs with N <= 6e8 (benchmarks/steplaw_lr.py); 41 steps against 28, no divergences, 50 s against 21 s on all
-1,911 (each gradient costs ~1.15x). Hence an option, not the default (issue #8's fit-time targets are the default's).
+cached: 42 leapfrog steps per draw against 32 without, no divergences, 32 s against 29 s on the 1,746 runs with
+N <= 6e8 (benchmarks/steplaw_lr.py); on all 1,911, 39 s against 24 s, and with issue #8's 4 x (1,000 + 1,000)
+26 steps per draw against 16 and 35 s against 23 s. Each gradient costs ~1.1x the default's (in float32, as the
+default's: see `SmallNormal`). Hence an option, not the default (issue #8's fit-time targets are the default's).
 
 A prediction at a target (N, D) is for a *new* setting: it draws its own offsets epsilon ~ N(0, 1), so its
 intervals include the scatter of settings around the laws, not only the uncertainty of the laws. With size
@@ -229,8 +230,8 @@ class Exceeds(dist.Distribution):
 
 class SmallNormal(dist.MultivariateNormal):
     """A multivariate normal of a few (static) dimensions, its log density by forward substitution written out
-    elementwise. NumPyro's calls a triangular solve, a LAPACK call on CPU: with this and `IsotropicStudentT`,
-    a size-scatter gradient on Step Law's table costs ~1.1x the default model's instead of ~1.3x."""
+    elementwise. NumPyro's calls a triangular solve, a LAPACK call on CPU: on Step Law's table the size terms'
+    solves (this one's and `IsotropicStudentT`'s, with their gradients) took ~0.2 ms of a 0.8 ms gradient."""
 
     def log_prob(self, value):
         L, x = self.scale_tril, value - self.loc
