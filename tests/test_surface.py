@@ -314,6 +314,12 @@ def test_size_scatter_carries_a_new_sizes_scatter(sim):
     assert width(f, "lr_opt", N=6e8) < 0.9 * width(f, "lr_opt", N=6e8 * 1.01)  # there: a new size
     np.testing.assert_array_equal(f.predict(N=[6e8, 6.06e8, 1.5e8], D=3e10).extrapolation["fitted_size"], [1, 0, 1])
     assert "fitted_size" not in plain.predict(N=6e8, D=3e10).extrapolation
+    # a prediction at a new N from the plain fit says what its intervals leave out, and where to get them
+    new = [w for w in plain.predict(N=[6e8, 2.4e9, 5e9], D=3e10).warnings if "not a fitted model size" in w]
+    assert len(new) == 1 and new[0].startswith("N = 2.4e+09 and 1 other N") and "--size-scatter" in new[0], new
+    assert not any("fitted model size" in w for w in plain.predict(N=6e8 * 1.004, D=3e10).warnings)
+    assert not any("fitted model size" in w for w in f.predict(N=2.4e9, D=3e10).warnings)
+    assert not any("fitted model size" in w for w in plain.warnings())  # a prediction's, not the fit's
     # figures read the size levels too
     from scalinfer.plots import plot
 

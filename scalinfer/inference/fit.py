@@ -432,7 +432,7 @@ class Fit:
         units = {k: self.model.predicts.get(k, "") for k in draws}
         return Prediction(draws=draws, units=units, targets=targets, ci=ci,
                           extrapolation=self.model.extrapolation(self.constants, **targets),
-                          warnings=tuple(self.warnings()))
+                          warnings=tuple(self.warnings() + self.model.predict_warnings(self.constants, **targets)))
 
     # ---- files -------------------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:

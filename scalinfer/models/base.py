@@ -91,6 +91,10 @@ class Model:
                 out[f"{t}_ratio"] = np.asarray(targets[t], dtype=float) / constants[key]
         return out
 
+    def predict_warnings(self, constants: dict[str, float], **targets: Any) -> list[str]:
+        """What a reader of a prediction at these targets must know that the fit's own warnings do not say."""
+        return []
+
     def simulate(self, params: dict[str, float], design: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
         """A run table drawn from the model at known `params` over the `design` rows."""
         raise NotImplementedError

@@ -693,6 +693,23 @@ class Surface(Model):
             out["fitted_size"] = (_fitted_size(log_Nm, np.asarray(N, float)) < len(log_Nm)).astype(float)
         return out
 
+    def predict_warnings(self, constants: dict[str, float], N=None, **targets: Any) -> list[str]:
+        """Without size scatter, a target N that is not a fitted size's: its intervals leave out how far a new
+        size sits off the law in N (measured on Step Law: 8 of 13 held-out sizes' best LRs inside the 90%
+        intervals; 12 of 13 with size scatter, benchmarks/steplaw_lr.py)."""
+        if constants.get("size_scatter") or N is None or constants.get("min_N") == constants.get("max_N"):
+            return []  # (one fitted N: `fit_warnings` already says that N is the prior's)
+        N = np.asarray(N, float)
+        log_Nm = _fitted_log_N(constants)
+        new = np.unique(N[_fitted_size(log_Nm, N) == len(log_Nm)])
+        if not new.size:
+            return []
+        which = f"N = {new[0]:.3g}" + (f" and {new.size - 1} other N" if new.size > 1 else "")
+        return [f"{which}: not a fitted model size. This fit takes every size to sit on the power law in N, so "
+                "its intervals there leave out how far a new size sits off it (on Step Law, held-out sizes' best "
+                "LR fell inside 8 of 13 such 90% intervals, 12 of 13 with size scatter); refit with "
+                "--size-scatter (Python: size_scatter=True) for intervals that carry it"]
+
     def fit_warnings(self, fit) -> list[str]:
         out = []
         if fit.method == "laplace":
