@@ -586,9 +586,6 @@ class Surface(Model):
             resid = np.zeros(S)
             resid[have] = target[best[have]] - X @ coef
             out[eps] = np.clip(resid / tau, -2.5, 2.5)
-        law_x = np.column_stack([np.ones(S), data["n_s"], data["d_s"]]) @ [out["a0"], out["a_N"], out["a_D"]]
-        law_z = np.column_stack([np.ones(S), data["n_s"], data["d_s"]]) @ [out["b0"], out["b_N"], out["b_D"]]
-        out["x_star_s"], out["z_star_s"] = law_x + 0.3 * out["eps_lr"], law_z + 0.3 * out["eps_b"]
         out["ell"] = out["ell"] + np.column_stack([np.ones(S), data["n_s"], data["d_s"]]) @ [
             out["g0"], out["g_N"], out["g_D"]]
         if self.size_scatter:  # each size on the regressed law (no residuals), u at its mean
@@ -598,8 +595,8 @@ class Surface(Model):
                 if k:
                     out[f"{v}_size_resid"] = np.zeros(k)
                 out[f"{v}_size_u"] = SIZE_PRIOR[v][0] + 0.5 * k
-                out[f"{v}_size_line"] = Q.T @ (out[k0] + out[kN] * data["n_size"])
-                out[f"{v}_law_std"] = np.zeros(2)
+                out[f"{v}_size_line"] = Q.T @ (out.pop(k0) + out.pop(kN) * data["n_size"])
+                out[f"{v}_law_std"] = np.zeros(2)  # the law then at its conditional mean (not a sampled site)
         out.update({"tau_lr": 0.3, "tau_b": 0.3, "tau_loss": 0.01, "kappa1": 0.5, "kappa2": 0.0,
                     "c_lr0": -4.0, "c_lr_N": 0.0, "c_lr_D": 0.0, "delta_lr": 0.5, "p_lr_unit": 0.33,
                     "c_b0": -4.0, "c_b_N": 0.0, "c_b_D": 0.0, "delta_b": 0.0, "p_b_unit": 0.33,
