@@ -90,6 +90,18 @@ def test_laplace_on_surface_says_it_is_a_first_look_only(sim):
     assert f.predict(N=1e9, D=2e10).interval("lr_opt")[0] > 0
 
 
+def test_map_predicts_the_laws_value(sim):
+    """A MAP fit is one point: its prediction at a new setting is the laws' value there (the new setting's
+    offsets at 0, their median), not one random setting's."""
+    _, df = sim
+    f = scalinfer.fit(_runs(df), model="surface", method="map", seed=0)
+    point = {k: float(np.ravel(v)[0]) for k, v in f.draws().items() if np.size(v) == 1}
+    for N, D in ((1.2e9, 4.8e10), (3e8, 6e9)):
+        p = f.predict(N=N, D=D)
+        for q in ("lr_opt", "batch_opt"):
+            np.testing.assert_allclose(p.interval(q)[0], _law(point, q, N, D), rtol=1e-9)
+
+
 def test_censored_runs_change_the_posterior():
     """Diverged runs are censored observations: dropping them must move the posterior of the upper LR valley."""
     from scalinfer.models.surface import MODEL
