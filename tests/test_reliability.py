@@ -7,7 +7,8 @@
   fails for another reason (out of memory, a bug) is raised as it is, never taken for damage.
 - ENOSPC while writing a run record (the trainer's table, ``append_records``, the sweep's merged table):
   a `TrainError` naming the file, the previous table byte for byte as it was, no temporary file left. The same
-  for the run's ``config.json``, the metrics log and a sweep run's ``sweep_run.json``.
+  for the run's ``config.json``, the metrics log and a sweep run's ``sweep_run.json``. ENOSPC while orbax saves
+  a checkpoint: a one-line `TrainError` naming the step's folder and the step a rerun resumes from.
 - A damaged ``config.json`` on resume, or ``sweep_run.json`` at export: a one-line `TrainError` naming the file
   and saying what to do, nothing changed.
 
@@ -344,6 +345,40 @@ def test_full_disk_writing_the_config_is_a_train_error(interrupted, tmp_path, mo
     assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.ENOSPC
     assert len(tmps) == 1 and tmps[0].parent == out
     assert _folder(out) == before
+
+
+def test_full_disk_saving_a_checkpoint_is_a_train_error(tmp_path, monkeypatch):
+    """ENOSPC while orbax writes a checkpoint (raised, as orbax does, inside its own exception): a one-line
+    TrainError naming the step's folder, the OS reason and the step a rerun resumes from; the earlier steps are
+    kept. An error that is not the file system's (a bug) propagates as it is."""
+    import orbax.checkpoint as ocp
+
+    ckpt = Checkpointer(tmp_path, keep=None)
+    state = {"w": np.arange(8, dtype=np.float32)}
+    for step in (1, 2):
+        ckpt.save(step, state, {"step": step})
+
+    def full(self, *args, **kwargs):
+        try:
+            _enospc()
+        except OSError as e:
+            raise ValueError("failed to save the checkpoint") from e
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", full)
+    with pytest.raises(TrainError) as info:
+        ckpt.save(3, state, {"step": 3})
+    msg = str(info.value)
+    assert f"checkpoint {tmp_path / '3'} could not be written" in msg and "No space left on device" in msg
+    assert "resumes from step 2" in msg and "\n" not in msg
+    assert ckpt.steps() == [1, 2]
+
+    def bug(self, *args, **kwargs):
+        raise TypeError("not a file-system error")
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", bug)
+    with pytest.raises(TypeError, match="not a file-system error"):
+        ckpt.save(3, state, {"step": 3})
+    ckpt.close()
 
 
 def test_full_disk_appending_metrics_is_a_train_error(tmp_path, monkeypatch):

@@ -82,12 +82,25 @@ class Checkpointer:
         return self._manager.latest_step()
 
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
-        """Save ``state`` (a pytree of arrays) and ``meta`` (JSON-ready) as ``step``."""
+        """Save ``state`` (a pytree of arrays) and ``meta`` (JSON-ready) as ``step``.
+
+        A write that fails on the file system (a full disk, a folder that cannot be written) is a one-line
+        `TrainError` naming the step's folder, the reason and the newest checkpoint a rerun resumes from. Orbax
+        writes a step into a temporary folder and renames it when complete, so the earlier steps are intact and
+        the failed one is not taken for a checkpoint."""
         if step in self._manager.all_steps():
             return
-        self._manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
-        self._manager.wait_until_finished()
+        try:
+            self._manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+            self._manager.wait_until_finished()
+        except Exception as e:
+            if not _damaged(e):  # the same I/O failure types as a damaged restore's; anything else is a bug
+                raise
+            kept = [s for s in self._manager.all_steps() if s != step]
+            resume = f"a rerun resumes from step {max(kept)}" if kept else "a rerun starts from step 0"
+            raise TrainError(f"checkpoint {self.directory / str(step)} could not be written ({_reason(e)}); "
+                             f"free space or fix the folder, then rerun: {resume}") from e
 
     def restore(self, step: int, like: Any, remedy: str | None = None) -> tuple[Any, dict[str, Any]]:
         """Restore ``step`` into the shapes, dtypes and shardings of ``like`` (arrays or
