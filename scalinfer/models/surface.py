@@ -61,8 +61,9 @@ Step Law, fitting N < N_k and predicting every setting of the next size N_k, the
 the grid's best LR in 8 of 13 held-out settings (2 of 4 when two sizes 1.25x apart were fit) and the best
 batch in 9; with size scatter 12 and 12 of 13 (benchmarks/steplaw_lr.py, "held out by size"). On 100 data sets
 simulated with size scatter and every scatter drawn from its prior, the option's 90% intervals at a new size 2x
-the largest held the truth 95% (lr_opt) and 92% (batch_opt) of the time, its 50% intervals 59% and 52%
-(benchmarks/calibration_lr.py --size-scatter --tau-prior).
+the largest held the truth 94% (lr_opt) and 89% (batch_opt) of the time, its 50% intervals 61% and 50%
+(benchmarks/calibration_lr.py --size-scatter --tau-prior; binomial se 3% and 5%; an earlier run of the same
+study, before the potential ran in float32, gave 95%, 92%, 59% and 52%).
 
 With M sizes, the M - 2 directions of their levels off their least-squares line are what the data say about
 tau_size; with one or two sizes it is its prior's.

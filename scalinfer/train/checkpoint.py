@@ -42,10 +42,11 @@ def _chain(e: BaseException) -> list[BaseException]:
     return out
 
 
-def _damaged(e: BaseException) -> bool:
-    """Whether a restore failed on the checkpoint's files: what orbax and tensorstore raise for a truncated,
-    overwritten or deleted file (ValueError: data loss or out of range; FileNotFoundError; KeyError: an item
-    missing; a bare Exception wrapping one of these), not an out-of-memory error or a bug."""
+def _file_error(e: BaseException) -> bool:
+    """Whether a save or restore failed on the checkpoint's files: what orbax and tensorstore raise for a
+    truncated, overwritten or deleted file, or a write the file system refused (ValueError: data loss or out of
+    range; OSError: e.g. a full disk, a missing file; KeyError: an item missing; a bare Exception wrapping one of
+    these), not an out-of-memory error or a bug."""
     return all(type(x) is Exception or isinstance(x, (OSError, ValueError, KeyError)) for x in _chain(e))
 
 
@@ -95,7 +96,7 @@ class Checkpointer:
                 state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
             self._manager.wait_until_finished()
         except Exception as e:
-            if not _damaged(e):  # the same I/O failure types as a damaged restore's; anything else is a bug
+            if not _file_error(e):  # anything else is a bug
                 raise
             kept = [s for s in self._manager.all_steps() if s != step]
             resume = f"a rerun resumes from step {max(kept)}" if kept else "a rerun starts from step 0"
@@ -113,7 +114,7 @@ class Checkpointer:
         try:
             return self._restore(step, like)
         except Exception as e:
-            if not _damaged(e):
+            if not _file_error(e):
                 raise
             where = self.directory / str(step)
             raise TrainError(f"checkpoint {where} cannot be restored ({_reason(e)}): it is damaged; "
@@ -142,7 +143,7 @@ class Checkpointer:
             try:
                 restored = self._restore(step, like)
             except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types for damaged files
-                if not _damaged(e):
+                if not _file_error(e):
                     raise
                 failed.append((step, _reason(e)))
                 continue
