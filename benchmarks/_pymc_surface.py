@@ -1,8 +1,9 @@
 """The ``surface`` model (scalinfer/models/surface.py) written in PyMC, for the nutpie comparison of
 benchmarks/fit_speed.py (issue #8).
 
-It takes the arrays and constants of ``scalinfer.models.surface.MODEL.prepare(runs)``, so both models see the
-same centred data, and repeats the NumPyro model term by term:
+It takes the arrays and constants of ``scalinfer.models.surface.MODEL.with_options(size_scatter=False)
+.prepare(runs)``, so both models see the same centred data, and repeats that NumPyro model (without size
+scatter) term by term:
 
 - the same priors, under the same names; the unconstrained coordinates are the same too (HalfNormal and
   Gamma: log; Beta: log-odds in PyMC, sigmoid in NumPyro), so the two log densities, Jacobians included, are

@@ -1,16 +1,19 @@
 """Fitting speed (issue #8): scalinfer's NUTS against nutpie on one model, and repeated fits of one model.
 
-Default, ``--model surface``: the ``surface`` model on Step Law's 1,911 dense runs
+Default, ``--model surface``: the ``surface`` model without size scatter (``size_scatter=False``: the model
+of issue #8, which ``benchmarks/_pymc_surface.py`` writes out in PyMC; the default fit of a table with several
+model sizes adds size scatter, at 1.1-1.5x the wall time) on Step Law's 1,911 dense runs
 (``../shared/datasets/steplaw/dense_runs.csv``, read in place), every measurement in a fresh Python process:
 
-1. scalinfer MAP, cold: ``scalinfer.fit(runs, model="surface", method="map")`` with a new, empty compilation
-   cache; then, untimed, the equivalence check: the PyMC model of ``benchmarks/_pymc_surface.py`` and
-   scalinfer's NumPyro model must give the same log density (unconstrained space, Jacobians included) and the
-   same gradient at scalinfer's MAP point and at points jittered around it (``--no-check`` skips it);
-2. scalinfer NUTS, cold: ``scalinfer.fit(runs, model="surface", chains=4, warmup=W, samples=S, seed=0)`` with
-   another new, empty compilation cache (``SCALINFER_CACHE``);
+1. scalinfer MAP, cold: ``scalinfer.fit(runs, model="surface", size_scatter=False, method="map")`` with a new,
+   empty compilation cache; then, untimed, the equivalence check: the PyMC model of
+   ``benchmarks/_pymc_surface.py`` and scalinfer's NumPyro model must give the same log density (unconstrained
+   space, Jacobians included) and the same gradient at scalinfer's MAP point and at points jittered around it
+   (``--no-check`` skips it);
+2. scalinfer NUTS, cold: ``scalinfer.fit(runs, model="surface", size_scatter=False, chains=4, warmup=W,
+   samples=S, seed=0)`` with another new, empty compilation cache (``SCALINFER_CACHE``);
 3. scalinfer NUTS, warm: the same fit in a new process that finds its programs in that cache;
-4. nutpie, cold: the PyMC model on the same centred arrays (``MODEL.prepare(runs)``), compiled by
+4. nutpie, cold: the PyMC model on the same centred arrays (``prepare(runs)`` of that model), compiled by
    ``nutpie.compile_pymc_model`` (numba, empty PyTensor and numba caches) and sampled by
    ``nutpie.sample(compiled, chains=4, tune=W, draws=S, seed=0, cores=2)`` (nutpie's defaults otherwise:
    diagonal mass matrix, target acceptance 0.8, its own initialisation);
@@ -170,7 +173,11 @@ sys.path.insert(0, opt["bench_dir"])
 import numpy as np
 import scalinfer
 from scalinfer.inference.compiled import CompileLog
-from scalinfer.models.surface import MODEL, SCALARS, SETTING
+from scalinfer.models.surface import MODEL as SURFACE, SCALARS, SETTING
+
+# the model that the PyMC twin (_pymc_surface.py) writes out: surface without size scatter, issue #8's model (the
+# default turns size scatter on for tables of two or more model sizes; see scalinfer.models.surface)
+MODEL = SURFACE.with_options(size_scatter=False)
 
 NAMES = list(SCALARS + SETTING)  # every sampled site of the model
 runs = scalinfer.load_runs(data_path, format=fmt)
@@ -193,13 +200,13 @@ if mode in ("map", "nuts"):
     with CompileLog() as log:
         t0 = time.perf_counter()
         if mode == "map":
-            f = scalinfer.fit(runs, model="surface", method="map", seed=seed)
+            f = scalinfer.fit(runs, model=MODEL, method="map", seed=seed)
         else:
             kw = dict(chains=chains, warmup=warmup, samples=samples, seed=seed, potential_dtype=opt.get("dtype"))
             if opt.get("repeat"):  # time a second fit in this process: its programs compiled by the first
-                scalinfer.fit(runs, model="surface", **kw)
+                scalinfer.fit(runs, model=MODEL, **kw)
                 t0 = time.perf_counter()
-            f = scalinfer.fit(runs, model="surface", **kw)
+            f = scalinfer.fit(runs, model=MODEL, **kw)
         out["wall_s"] = time.perf_counter() - t0
     out.update({"timings": f.timings, "xla_compiles": log.compiles, "xla_compile_s": log.compile_s,
                 "cache_hits": log.hits})

@@ -1,22 +1,22 @@
 """Step Law's dense grid: does the ``surface`` posterior find the optimal LR and batch of a held-out larger model?
 
-Held-out test (the issue's "done when"): fit the 1,746 runs with N <= 6e8 (15 settings), predict the two
-N = 1,073,741,824 settings in the file (D = 2e10 and 5.69e10), and compare with each grid's empirically best
-run: does the 90% interval of ``lr_opt`` contain the best run's LR, and how much worse (in %) is the loss of the
-grid cell nearest in (log lr, log batch) to the predicted medians than the grid's best loss (the regret)?
-Rows: this model, the classic pipeline (quadratic vertex per setting, then OLS; and its "best run per setting"
-variant) and Step Law's published formula. For this model also the posterior predictive distribution of the
-grid's *winning* LR (`grid_winner`): the grid's best LR is a noisy argmin over LRs sqrt 2 apart, not the
-continuous optimum that ``lr_opt`` describes. And the model's best LR at the batch of the grid's best cell
-(``lr_opt_at_batch``): eta* moves with the batch, so that is the like-for-like comparison when the grid's best
-batch is not the predicted B*. Then the full dense table (all 1,911 runs): wall time (compilation
-included), R-hat, divergences. The same held-out rows for the model with ``size_scatter`` (each model size
-scatters around the laws).
+Held-out test (the issue's "done when"): fit the 1,746 runs with N <= 6e8 (15 settings), predict the two N =
+1,073,741,824 settings in the file (D = 2e10 and 5.69e10), and compare with each grid's empirically best run:
+does the 90% interval of ``lr_opt`` contain the best run's LR, and how much worse (in %) is the loss of the grid
+cell nearest in (log lr, log batch) to the predicted medians than the grid's best loss (the regret)? Rows: this
+model (its default: size scatter, each model size off the laws by its own level), the same model without size
+scatter (``size_scatter=False``), the classic pipeline (quadratic vertex per setting, then OLS; and its "best
+run per setting" variant) and Step Law's published formula. For this model also the posterior predictive
+distribution of the grid's *winning* LR (`grid_winner`): the grid's best LR is a noisy argmin over LRs sqrt 2
+apart, not the continuous optimum that ``lr_opt`` describes. And the model's best LR at the batch of the grid's
+best cell (``lr_opt_at_batch``): eta* moves with the batch, so that is the like-for-like comparison when the
+grid's best batch is not the predicted B*. Then the full dense table (all 1,911 runs): wall time (compilation
+included), R-hat, divergences.
 
-Held out by size: for each size N_k after the first, fit the runs with N < N_k and predict every setting of
-N_k (13 settings in all), with and without size scatter: how many 90% intervals of lr_opt and batch_opt hold
-the grid's best run's LR and batch. A calibrated model holds ~90% of them; this is the check of honest
-extrapolation in N on real data that one held-out size cannot give.
+Held out by size: for each size N_k after the first, fit the runs with N < N_k and predict every setting of N_k
+(13 settings in all), with the default (size scatter on from two sizes) and without: how many 90% intervals of
+lr_opt and batch_opt hold the grid's best run's LR and batch. A calibrated model holds ~90% of them; this is the
+check of honest extrapolation in N on real data that one held-out size cannot give.
 
     .venv/bin/python benchmarks/steplaw_lr.py [--chains 4 --warmup 500 --samples 1000] [--skip-full]
         [--skip-by-size]
@@ -117,7 +117,7 @@ def grid_winner(fit, truth: dict, D: float, ci: float, seed: int = 0) -> dict:
             "observed_in_set": truth["best_lr"] in kept, "probabilities": {f"{k:.4g}": v for k, v in prob.items()}}
 
 
-def held_out_by_size(path: str, full, args, size_scatter: bool) -> dict:
+def held_out_by_size(path: str, full, args, size_scatter: bool | None) -> dict:
     """Fit N < N_k, predict each setting of N_k, for every size N_k after the first; count the 90% hits."""
     import scalinfer
 
@@ -202,13 +202,14 @@ def main(argv=None) -> int:
     wall = time.perf_counter() - t0
     s = fit.summary()
     rows = [evaluate("surface (this model)", from_fit(fit, args.ci), truths)]
-    report["heldout"] = {"wall_s": wall, "load_after": os.getloadavg()[0], **_diag(fit, s)}
+    report["heldout"] = {"wall_s": wall, "load_after": os.getloadavg()[0], **_diag(fit, s),
+                         "steps_per_draw": float(fit.tree["sample_stats"]["n_steps"].mean())}
     t0 = time.perf_counter()
     fs = scalinfer.fit(runs, model="surface", chains=args.chains, warmup=args.warmup, samples=args.samples,
-                       seed=args.seed, size_scatter=True)
-    report["heldout_size_scatter"] = {"wall_s": time.perf_counter() - t0, **_diag(fs, fs.summary()),
-                                      "steps_per_draw": float(fs.tree["sample_stats"]["n_steps"].mean())}
-    rows.append(evaluate("surface + size scatter", from_fit(fs, args.ci), truths))
+                       seed=args.seed, size_scatter=False)
+    report["heldout_no_size_scatter"] = {"wall_s": time.perf_counter() - t0, **_diag(fs, fs.summary()),
+                                         "steps_per_draw": float(fs.tree["sample_stats"]["n_steps"].mean())}
+    rows.append(evaluate("surface, no size scatter", from_fit(fs, args.ci), truths))
     for vertex, label in (("quadratic", "classic (quadratic vertex)"), ("best", "classic (best run)")):
         c = scalinfer.fit(runs, model="classic", vertex=vertex, samples=args.samples, chains=args.chains,
                           seed=args.seed)
@@ -219,13 +220,13 @@ def main(argv=None) -> int:
     rows.append(evaluate("Step Law formula", sl, truths))
     print_table(rows)
     h = report["heldout"]
-    hs = report["heldout_size_scatter"]
-    print(f"held-out fit with size scatter: {hs['wall_s']:.0f} s wall, R-hat max {hs['rhat_max']:.3f}, "
+    hs = report["heldout_no_size_scatter"]
+    print(f"held-out fit without size scatter: {hs['wall_s']:.0f} s wall, R-hat max {hs['rhat_max']:.3f}, "
           f"{hs['divergences']} divergences ({hs['divergent_pct']:.2f}%), min bulk ESS {hs['ess_min']:.0f}, "
           f"{hs['steps_per_draw']:.0f} leapfrog steps per draw")
     print(f"\nheld-out fit: {h['wall_s']:.0f} s wall (load {report['load_before']:.1f}->{h['load_after']:.1f}), "
           f"R-hat max {h['rhat_max']:.3f}, {h['divergences']} divergences ({h['divergent_pct']:.2f}%), "
-          f"min bulk ESS {h['ess_min']:.0f}")
+          f"min bulk ESS {h['ess_min']:.0f}, {h['steps_per_draw']:.0f} leapfrog steps per draw")
     report["methods"] = rows
     # eta* moves with the batch (the ridge kappa1): the grid's best LR is the best LR *at the best cell's batch*,
     # which need not be the predicted B*; the model's best LR at that batch is the like-for-like comparison
@@ -250,7 +251,7 @@ def main(argv=None) -> int:
 
     if not args.skip_by_size:
         report["held_out_by_size"] = {}
-        for name, flag in (("surface", False), ("surface + size scatter", True)):
+        for name, flag in (("surface", None), ("surface, no size scatter", False)):
             res = report["held_out_by_size"][name] = held_out_by_size(args.dataset, full, args, flag)
             print_by_size(name, res)
     if not args.skip_full:

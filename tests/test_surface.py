@@ -92,11 +92,13 @@ def test_laplace_on_surface_says_it_is_a_first_look_only(sim):
 
 def test_map_predicts_the_laws_value(sim):
     """A MAP fit is one point: its prediction at a new setting is the laws' value there (the new setting's
-    offsets at 0, their median), not one random setting's."""
+    offsets at 0, their median), not one random setting's. (At a fitted size's N it is that size's level:
+    `test_size_scatter_carries_a_new_sizes_scatter`; these N are new sizes.)"""
     _, df = sim
     f = scalinfer.fit(_runs(df), model="surface", method="map", seed=0)
+    assert f.constants["size_scatter"]  # three sizes: on by default, a new size's offset at 0 too
     point = {k: float(np.ravel(v)[0]) for k, v in f.draws().items() if np.size(v) == 1}
-    for N, D in ((1.2e9, 4.8e10), (3e8, 6e9)):
+    for N, D in ((1.2e9, 4.8e10), (2e8, 6e9)):
         p = f.predict(N=N, D=D)
         for q in ("lr_opt", "batch_opt"):
             np.testing.assert_allclose(p.interval(q)[0], _law(point, q, N, D), rtol=1e-9)
@@ -135,7 +137,7 @@ def test_censored_runs_change_the_posterior():
     def above(fit) -> float:
         k, q = fit.constants, _data(fit)
         mu, _ = surface_terms(_setting_draws(fit), q["n_s"], q["d_s"], d["s_cens"], (log_lr - k["m_lr"])[None],
-                              (log_b - k["m_b"])[None])
+                              (log_b - k["m_b"])[None], q["size_s"])
         return float(np.mean(np.asarray(mu)[0] + k["m_y"] > level))
 
     assert above(with_c) >= 0.9 and above(with_c) >= above(without), (above(with_c), above(without))
@@ -296,8 +298,8 @@ def test_size_scatter_carries_a_new_sizes_scatter(sim):
 
     params = {**MODEL.true_params(), "tau_lr_size": 0.15, "tau_b_size": 0.15, "tau_loss_size": 0.005}
     runs = _runs(MODEL.simulate(params, design_of("small"), seed=5))
-    plain = scalinfer.fit(runs, model="surface", chains=2, warmup=300, samples=300, seed=5)
-    f = scalinfer.fit(runs, model="surface", chains=2, warmup=300, samples=300, seed=5, size_scatter=True)
+    plain = scalinfer.fit(runs, model="surface", chains=2, warmup=300, samples=300, seed=5, size_scatter=False)
+    f = scalinfer.fit(runs, model="surface", chains=2, warmup=300, samples=300, seed=5)  # 3 sizes: on by default
     s = f.summary()
     assert max(v["r_hat"] for v in s.values()) < 1.05
     # 3 sizes leave one residual degree of freedom: the scatter is known to within its prior's range, so only
@@ -338,8 +340,9 @@ def test_size_scatter_carries_a_new_sizes_scatter(sim):
 
 
 def test_cli_size_scatter_option(sim, tmp_path, monkeypatch):
-    """`scalinfer fit --size-scatter` reaches the surface model as ``size_scatter=True``; a model without the
-    option says so (exit 2) instead of ignoring the flag."""
+    """`scalinfer fit --size-scatter` / ``--no-size-scatter`` reach the surface model as ``size_scatter=True`` /
+    ``False``, neither leaves the model's default; a model without the option says so (exit 2) instead of
+    ignoring the flag."""
     import scalinfer.inference as inference
     from scalinfer.errors import ScalinferError
 
@@ -357,6 +360,12 @@ def test_cli_size_scatter_option(sim, tmp_path, monkeypatch):
     monkeypatch.setattr(inference, "fit", fake_fit)
     r = run_cli("fit", table, "--model", "surface", "--size-scatter", "-o", tmp_path / "s.nc")
     assert r.code == 2 and "stop here" in r.err and seen["size_scatter"] is True and seen["model"] == "surface"
+    seen.clear()
+    r = run_cli("fit", table, "--model", "surface", "--no-size-scatter", "-o", tmp_path / "s.nc")
+    assert r.code == 2 and seen["size_scatter"] is False
+    seen.clear()
+    r = run_cli("fit", table, "--model", "surface", "-o", tmp_path / "s.nc")  # the model's default decides
+    assert r.code == 2 and "size_scatter" not in seen and seen["model"] == "surface"
 
 
 def test_predict_python_api(surface_fit):

@@ -45,8 +45,8 @@ law is local (a power law in N and D without Chinchilla's floor): with per-setti
 carry L* to the target, and it says so through tau_L. m_eta, m_B are the middles of the swept log LRs and log
 batches and m_y the median of the settings' best log losses, so every sampled parameter is O(1).
 
-Size scatter (option ``size_scatter=True``)
--------------------------------------------
+Size scatter (on with two or more model sizes; ``size_scatter=False`` turns it off)
+------------------------------------------------------------------------------------
 The settings of one model size (a distinct N: one architecture, as in Step Law's grids) share its deviation
 from the laws: with ``size_scatter`` each law is, for the sizes m = 1..M at scaled log N n_m,
 
@@ -97,8 +97,16 @@ conservative at the low end (P(tau < 3%) = 0.4%): with a handful of sizes the da
 from a 5% one, and the prior takes the wider. Cost, 4 x (500 + 1,000) on Step Law with compiled programs
 cached: 42 leapfrog steps per draw against 32 without, no divergences, 32 s against 29 s on the 1,746 runs with
 N <= 6e8 (benchmarks/steplaw_lr.py); on all 1,911, 39 s against 24 s, and with issue #8's 4 x (1,000 + 1,000)
-26 steps per draw against 16 and 35 s against 23 s. Each gradient costs ~1.1x the default's (in float32, as the
-default's: see `SmallNormal`). Hence an option, not the default (issue #8's fit-time targets are the default's).
+26 steps per draw against 16 and 35 s against 23 s. Each gradient costs ~1.1x the plain model's (in float32, as
+the plain model's: see `SmallNormal`). The extra steps are step-size adaptation, not geometry: the posterior
+sits near a tree-depth boundary (trees of 15 leapfrog steps at step size ~0.23 and above, 31 below), and the
+dual averaging of the 50-iteration end buffer leaves each chain's step size anywhere in 0.17-0.29, so about half
+the chains run at twice the steps (seen with every chain's own mass matrix conditioned alike, and with all four
+given the exact posterior covariance). It is on by default all the same: the plain model's intervals at a new N
+are too narrow (8 of 13 held-out sizes, above), and honest extrapolation in N is what the model is for. With a
+single size it stays off: the N exponents are then the prior's, which dwarfs a size's scatter at any other N,
+and the fit diverges less (48 of 4,000 transitions against 185 on Step Law's smallest size). Issue #8's speed
+targets are measured on the plain model (``benchmarks/fit_speed.py``, whose PyMC twin is that model).
 
 A prediction at a target (N, D) is for a *new* setting: it draws its own offsets epsilon ~ N(0, 1), so its
 intervals include the scatter of settings around the laws, not only the uncertainty of the laws. With size
@@ -397,11 +405,16 @@ class Surface(Model):
         diverged (censored) run; Step Law's blown-up runs sit at 1.7-3x, its converged ones below 1.21x.
     n_kind : ``"total"`` or ``"active"``: for MoE tables with both ``N_total`` and ``N_active``, which one is N
         (None: the table's ``N`` as loaded, see ``load_runs(n_kind=...)``).
+    size_scatter : each model size (distinct N) sits off the laws by its own level, so a prediction at a new N
+        carries that scatter (module docstring, "Size scatter"). None (default): on when the table has two or
+        more sizes; with one, the N exponents are the prior's and the size's scatter would add little to a new
+        N's interval, while the fit samples more parameters and diverges more often (on Step Law's smallest
+        size, 185 of 4,000 transitions against 48).
     """
 
     divergence_ratio: float = DIVERGENCE_RATIO
     n_kind: str | None = None
-    size_scatter: bool = False
+    size_scatter: bool | None = None
 
     name = "surface"
     version = "1"
@@ -425,8 +438,9 @@ class Surface(Model):
             raise ModelError(f"divergence_ratio must be a number above 1, got {self.divergence_ratio!r}")
         if self.n_kind not in (None, "total", "active"):
             raise ModelError(f"n_kind must be 'total' or 'active', got {self.n_kind!r}")
-        if not isinstance(self.size_scatter, bool):
-            raise ModelError(f"size_scatter must be True or False, got {self.size_scatter!r}")
+        if self.size_scatter is not None and not isinstance(self.size_scatter, bool):
+            raise ModelError(f"size_scatter must be True, False or None (on with two or more model sizes), got "
+                             f"{self.size_scatter!r}")
 
     def with_options(self, **options: Any) -> Surface:
         unknown = set(options) - {"divergence_ratio", "n_kind", "size_scatter"}
@@ -478,7 +492,7 @@ class Surface(Model):
             "min_lr": float(np.exp(log_lr.min())), "max_lr": float(np.exp(log_lr.max())),
             "min_batch": float(np.exp(log_b.min())), "max_batch": float(np.exp(log_b.max())),
             "n_settings": float(len(settings)), "n_sizes": float(size_s.max() + 1), "n_censored": float(cens.sum()),
-            "size_scatter": float(self.size_scatter),
+            "size_scatter": float(self.size_scatter if self.size_scatter is not None else size_s.max() >= 1),
             **{f"size_N_{m}": float(v) for m, v in enumerate(np.exp(np.unique(log_N)))},
             "n_censored_by_ratio": float(cens.sum() - n_flagged), "divergence_ratio": self.divergence_ratio,
             "n_kind_active": float(self.n_kind == "active"),
@@ -494,7 +508,7 @@ class Surface(Model):
 
     def coords(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
         out = {"setting": np.arange(len(data["n_s"]))}
-        if self.size_scatter:
+        if constants["size_scatter"]:
             M = len(data["n_size"])
             out.update(size=np.arange(M), law_coef=["intercept", "N"], law_dir=np.arange(min(M, 2)),
                        size_resid=np.arange(max(M - 2, 0)))
@@ -569,7 +583,7 @@ class Surface(Model):
 
     def model_kwargs(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
         # the sizes' scaled log N as a tuple: static, so the law's QR is computed once when the program is built
-        return {**data, "h_N": constants["h_N"], "h_D": constants["h_D"], "size_scatter": self.size_scatter,
+        return {**data, "h_N": constants["h_N"], "h_D": constants["h_D"], "size_scatter": bool(constants["size_scatter"]),
                 "n_size": tuple(float(v) for v in data["n_size"])}
 
     def init_values(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
@@ -591,7 +605,7 @@ class Surface(Model):
             out[eps] = np.clip(resid / tau, -2.5, 2.5)
         out["ell"] = out["ell"] + np.column_stack([np.ones(S), data["n_s"], data["d_s"]]) @ [
             out["g0"], out["g_N"], out["g_D"]]
-        if self.size_scatter:  # each size on the regressed law (no residuals), u at its mean
+        if constants["size_scatter"]:  # each size on the regressed law (no residuals), u at its mean
             Q, _, Q_perp = size_basis(data["n_size"])
             k = Q_perp.shape[1]
             for v, (k0, kN, _, _) in LAW_N.items():
