@@ -14,14 +14,15 @@ at one fixed truth a Bayesian interval need not cover at its nominal rate (with 
 the scatter uncertain, and the posterior predictive of a new setting integrates over it, so at a small true
 scatter the intervals are wide); averaged over the prior of what the data cannot pin down, it must.
 
-With ``--size-scatter`` the data sets are simulated, and fitted, with the model's option ``size_scatter``: each
-model size (distinct N) also sits off the laws, by ``tau_lr_size``, ``tau_b_size``, ``tau_loss_size`` (fixed
-at their priors' medians 0.085, 0.085, 0.0085, or with ``--tau-prior`` drawn from their priors, tau^2 ~
-InverseGamma(1, 0.005) and InverseGamma(1, 5e-5)), and the target, a new size, draws its own size offset on
-top of its setting offset.
+By default the data sets are simulated, and fitted, with size scatter (the model's default with two or more
+model sizes; ``--no-size-scatter`` simulates and fits without it, ``size_scatter=False``): each model size
+(distinct N) also sits off the laws, by ``tau_lr_size``, ``tau_b_size``, ``tau_loss_size`` (fixed at their
+priors' medians 0.085, 0.085, 0.0085, or with ``--tau-prior`` drawn from their priors, tau^2 ~ InverseGamma(1,
+0.005) and InverseGamma(1, 5e-5)), and the target, a new size, draws its own size offset on top of its setting
+offset.
 
     nice .venv/bin/python benchmarks/calibration_lr.py --datasets 100 [--chains 2 --warmup 300 --samples 300]
-                                                     [--tau-prior] [--size-scatter]
+                                                     [--tau-prior] [--no-size-scatter]
 
 Prints one line per data set, then as its LAST line one JSON object with ``coverage_50`` and ``coverage_90``
 (each ``{"lr_opt": ..., "batch_opt": ...}``), the number of data sets, binomial standard errors and the
@@ -92,9 +93,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tau-prior", action="store_true",
                     help="draw tau_lr and tau_b of each data set from their prior, HalfNormal(0.3) (with "
-                         "--size-scatter, the size scatter from its prior too)")
-    ap.add_argument("--size-scatter", action="store_true",
-                    help="simulate and fit with the surface model's option size_scatter (model sizes off the laws)")
+                         "size scatter, the size scatter from its prior too)")
+    ap.add_argument("--size-scatter", action=argparse.BooleanOptionalAction, default=True,
+                    help="simulate and fit with size scatter, model sizes off the laws (default; the model's "
+                         "default with two or more sizes); --no-size-scatter: without, size_scatter=False")
     args = ap.parse_args(argv)
     if args.datasets < 1:
         ap.error("--datasets must be at least 1")

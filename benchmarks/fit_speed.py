@@ -28,6 +28,10 @@ model sizes adds size scatter, at 1.1-1.5x the wall time) on Step Law's 1,911 de
 7. scalinfer with a float64 potential (``--no-float64`` skips it): the surface model's NUTS evaluates its
    potential in float32 (``Surface.potential_dtype``; nutpie and blackjax run float64); this row is the same
    fit with ``potential_dtype="float64"``, timed as the second fit in its process (programs compiled).
+8. the default model, cold and warm (two processes sharing a new cache): ``scalinfer.fit(runs,
+   model="surface", ...)``, which on Step Law's eight model sizes adds size scatter (no PyMC twin: its rows
+   are for the cost of the default against the plain model, not against nutpie). Its min bulk ESS is over
+   the same quantities, the laws' intercepts and N slopes there drawn from their conditionals.
 
 Columns: *wall s* is the fit in the process (table preparation, MAP, compilation, sampling; Python imports and
 reading the CSV excluded; the JSON also has each process's wall); *compile s* is, for scalinfer cold, its wall
@@ -199,14 +203,15 @@ def diag(post, divergences, n_draws):
 if mode in ("map", "nuts"):
     with CompileLog() as log:
         t0 = time.perf_counter()
+        model = SURFACE if opt.get("default_model") else MODEL
         if mode == "map":
-            f = scalinfer.fit(runs, model=MODEL, method="map", seed=seed)
+            f = scalinfer.fit(runs, model=model, method="map", seed=seed)
         else:
             kw = dict(chains=chains, warmup=warmup, samples=samples, seed=seed, potential_dtype=opt.get("dtype"))
             if opt.get("repeat"):  # time a second fit in this process: its programs compiled by the first
-                scalinfer.fit(runs, model=MODEL, **kw)
+                scalinfer.fit(runs, model=model, **kw)
                 t0 = time.perf_counter()
-            f = scalinfer.fit(runs, model=MODEL, **kw)
+            f = scalinfer.fit(runs, model=model, **kw)
         out["wall_s"] = time.perf_counter() - t0
     out.update({"timings": f.timings, "xla_compiles": log.compiles, "xla_compile_s": log.compile_s,
                 "cache_hits": log.hits})
@@ -353,6 +358,9 @@ def surface_benchmark(args) -> None:
         npie_map = None if args.no_nutpie_from_map else _child(
             "nutpie", args, pytensor_env("nutpie_map"), backend=args.backend, cores=args.cores, init=map_point)
         bj = None if args.no_blackjax else _child("blackjax", args, {"SCALINFER_CACHE": fresh("blackjax_cache")})
+        ss_cache = fresh("size_scatter_cache")  # the default model (size scatter): cold, then warm
+        ss_cold = _child("nuts", args, {"SCALINFER_CACHE": ss_cache}, default_model=True)
+        ss_warm = _child("nuts", args, {"SCALINFER_CACHE": ss_cache}, default_model=True)
     load_end = os.getloadavg()
 
     compile_est = cold["wall_s"] - warm["wall_s"]
@@ -369,7 +377,13 @@ def surface_benchmark(args) -> None:
         eps["warm_float64"] = warm64["diag"]["ess_bulk_min"] / warm64["timings"]["nuts_s"]
         rows.append(("scalinfer f64 (2nd fit)", warm64["wall_s"], warm64["xla_compile_s"], warm64["timings"]["nuts_s"],
                      warm64["diag"], eps["warm_float64"], warm64))
+    eps["default_size_scatter_warm"] = ss_warm["diag"]["ess_bulk_min"] / ss_warm["timings"]["nuts_s"]
     rows += [
+        ("default, size sc. cold", ss_cold["wall_s"], ss_cold["wall_s"] - ss_warm["wall_s"],
+         ss_cold["timings"]["nuts_s"], ss_cold["diag"], ss_cold["diag"]["ess_bulk_min"] / ss_cold["timings"]["nuts_s"],
+         ss_cold),
+        ("default, size sc. warm", ss_warm["wall_s"], ss_warm["xla_compile_s"], ss_warm["timings"]["nuts_s"],
+         ss_warm["diag"], eps["default_size_scatter_warm"], ss_warm),
         ("nutpie cold", npie["wall_s"], npie["compile_s"], npie["sampling_s"], npie["diag"], eps["nutpie"], npie),
     ]
     if npie_map:
@@ -422,6 +436,9 @@ def surface_benchmark(args) -> None:
         "ess_per_s_ratio_vs_nutpie_default": eps["warm"] / eps["nutpie"],
         "cold_wall_ratio_vs_nutpie_default": cold["wall_s"] / npie["wall_s"],
         "cold_wall_s": cold["wall_s"], "warm_wall_s": warm["wall_s"], "map_wall_s": mp["wall_s"],
+        "default_size_scatter": {"cold_wall_s": ss_cold["wall_s"], "warm_wall_s": ss_warm["wall_s"],
+                                 "ess_per_s_warm": eps["default_size_scatter_warm"],
+                                 "steps_per_draw": ss_warm["n_steps_mean"]},
         "compile_s_estimate": compile_est, "xla_compile_s_cold": cold["xla_compile_s"],
         "ess_per_s": eps, "nutpie_cold_wall_s": npie["wall_s"], "nutpie_compile_s": npie["compile_s"],
         "nutpie_sampling_s": npie["sampling_s"],
@@ -431,7 +448,8 @@ def surface_benchmark(args) -> None:
         "equivalence": mp.get("equivalence"),
         "runs": {"scalinfer_cold": cold, "scalinfer_warm": warm, "scalinfer_map": mp,
                  "scalinfer_float64_second_fit": warm64, "nutpie_cold": npie,
-                 "nutpie_from_map_cold": npie_map, "blackjax_cold": bj},
+                 "nutpie_from_map_cold": npie_map, "blackjax_cold": bj,
+                 "default_size_scatter_cold": ss_cold, "default_size_scatter_warm": ss_warm},
     }
     if npie_map:
         report["ess_per_s_ratio_vs_nutpie_from_map"] = eps["warm"] / eps["nutpie_from_map"]

@@ -60,9 +60,9 @@ that sits off the power law pins the N slope as if the settings' scatter were al
 Step Law, fitting N < N_k and predicting every setting of the next size N_k, the 90% intervals of lr_opt held
 the grid's best LR in 8 of 13 held-out settings (2 of 4 when two sizes 1.25x apart were fit) and the best
 batch in 9; with size scatter 12 and 12 of 13 (benchmarks/steplaw_lr.py, "held out by size"). On 100 data sets
-simulated with size scatter and every scatter drawn from its prior, the option's 90% intervals at a new size 2x
+simulated with size scatter and every scatter drawn from its prior, its 90% intervals at a new size 2x
 the largest held the truth 94% (lr_opt) and 89% (batch_opt) of the time, its 50% intervals 61% and 50%
-(benchmarks/calibration_lr.py --size-scatter --tau-prior; binomial se 3% and 5%; an earlier run of the same
+(benchmarks/calibration_lr.py --tau-prior; binomial se 3% and 5%; an earlier run of the same
 study, before the potential ran in float32, gave 95%, 92%, 59% and 52%).
 
 With M sizes, the M - 2 directions of their levels off their least-squares line are what the data say about
@@ -239,10 +239,29 @@ class Exceeds(dist.Distribution):
         return jax.scipy.special.log_ndtr(jnp.where(value == 1, self.z, -self.z))
 
 
-class SmallNormal(dist.MultivariateNormal):
-    """A multivariate normal of a few (static) dimensions, its log density by forward substitution written out
-    elementwise. NumPyro's calls a triangular solve, a LAPACK call on CPU: on Step Law's table the size terms'
-    solves (this one's and `IsotropicStudentT`'s, with their gradients) took ~0.2 ms of a 0.8 ms gradient."""
+class SmallNormal(dist.Distribution):
+    """A multivariate normal of a few (static) dimensions, given its location and lower Cholesky factor.
+
+    Written out for two reasons. Its log density by forward substitution, elementwise: NumPyro's calls a
+    triangular solve, a LAPACK call on CPU (on Step Law's table the size terms' solves, this one's and
+    `IsotropicStudentT`'s with their gradients, took ~0.2 ms of a 0.8 ms gradient). And its arguments are not
+    validated (``validate_args=False``; the model builds them valid): NumPyro validates by default, at trace
+    time, one JAX operation at a time, each compiled on its own, and a program is traced in every fit even when
+    its compiled code comes from the persistent cache. For NumPyro's multivariate normal and t that was ~90
+    small compilations, ~2 s of every fit with size scatter (against 3 compilations in the plain model)."""
+
+    arg_constraints = {"loc": dist.constraints.real_vector, "scale_tril": dist.constraints.lower_cholesky}
+    support = dist.constraints.real_vector
+    reparametrized_params = ["loc", "scale_tril"]
+
+    def __init__(self, loc, scale_tril, *, validate_args=False):
+        self.loc, self.scale_tril = loc, scale_tril
+        batch = jax.lax.broadcast_shapes(jnp.shape(loc)[:-1], jnp.shape(scale_tril)[:-2])
+        super().__init__(batch_shape=batch, event_shape=jnp.shape(scale_tril)[-1:], validate_args=validate_args)
+
+    def sample(self, key, sample_shape=()):
+        eps = jax.random.normal(key, sample_shape + self.batch_shape + self.event_shape)
+        return self.loc + jnp.squeeze(self.scale_tril @ eps[..., None], -1)
 
     def log_prob(self, value):
         L, x = self.scale_tril, value - self.loc
@@ -255,13 +274,22 @@ class SmallNormal(dist.MultivariateNormal):
         return sum(-0.5 * wi * wi - jnp.log(L[..., i, i]) - 0.5 * _LOG_2PI for i, wi in enumerate(w))
 
 
-class IsotropicStudentT(dist.MultivariateStudentT):
-    """NumPyro's multivariate t in `k` dimensions with location 0 and scale c I (`df`, `c` Python floats), its
-    log density from |x|^2 alone, with no triangular solve (see `SmallNormal`)."""
+class IsotropicStudentT(dist.Distribution):
+    """The multivariate t in `k` dimensions with `df` degrees of freedom, location 0 and scale c I (`df`, `c` Python
+    floats), NumPyro's ``MultivariateStudentT(df, 0, c I)``: its log density from |x|^2 alone, with no triangular
+    solve, and no argument validation (see `SmallNormal`)."""
 
-    def __init__(self, df: float, k: int, c: float):
-        super().__init__(df, jnp.zeros(k), c * jnp.eye(k))
-        self._df, self._k, self._c = float(df), k, float(c)
+    support = dist.constraints.real_vector
+
+    def __init__(self, df: float, k: int, c: float, *, validate_args=False):
+        self._df, self._k, self._c = float(df), int(k), float(c)
+        super().__init__(batch_shape=(), event_shape=(int(k),), validate_args=validate_args)
+
+    def sample(self, key, sample_shape=()):
+        k_z, k_g = jax.random.split(key)
+        z = jax.random.normal(k_z, sample_shape + self.event_shape)
+        g = jax.random.gamma(k_g, 0.5 * self._df, sample_shape) / (0.5 * self._df)  # chi^2_df / df
+        return self._c * z / jnp.sqrt(g)[..., None]
 
     def log_prob(self, value):
         df, k, c = self._df, self._k, self._c
@@ -319,7 +347,7 @@ def law_given_levels(A, std, n, s0, sN, tau):
     t2 = tau * tau
     g11, g12, g22 = len(n) + t2 / s0 ** 2, float(n.sum()), float(n @ n) + t2 / sN ** 2
     det = g11 * g22 - g12 * g12
-    y1, y2 = jnp.sum(A, -1), A @ jnp.asarray(n, jnp.result_type(A))
+    y1, y2 = jnp.sum(A, -1), A @ np.asarray(n, jnp.result_type(A))  # NumPy: no operation of its own to compile
     b1, b2 = (g22 * y1 - g12 * y2) / det, (g11 * y2 - g12 * y1) / det
     l11, l21, l22 = _chol2(g22 / det, -g12 / det, g11 / det)  # chol of G^-1
     return jnp.stack([b1 + tau * l11 * std[0], b2 + tau * (l21 * std[0] + l22 * std[1])], axis=-1)
@@ -544,19 +572,21 @@ class Surface(Model):
         if size_scatter:
             Q, R, Q_perp = size_basis(n_size)
             # in the potential's float type: NumPy's float64 would carry every setting's and run's terms with it
-            Q, Q_perp = (jnp.asarray(a, jnp.result_type(tau_loss)) for a in (Q, Q_perp))
+            # (cast by NumPy: a JAX cast of a constant is an operation that JAX compiles on its own, every trace)
+            ft = jnp.result_type(tau_loss)
+            Q, Q_perp = (np.asarray(a, ft) for a in (Q, Q_perp))
             k = Q_perp.shape[1]  # the sizes' residual directions about their least-squares line: M - 2
             for v, (alpha, beta) in SIZE_PRIOR.items():
                 k0, kN, s0, sN = LAW_N[v]
                 # the residuals, tau integrated out: N(0, tau^2 I) under tau^2 ~ InvGamma(alpha, beta)
                 r = numpyro.sample(f"{v}_size_resid", IsotropicStudentT(
-                    2.0 * alpha, k, float(np.sqrt(beta / alpha)))) if k else jnp.zeros(0)
+                    2.0 * alpha, k, float(np.sqrt(beta / alpha)))) if k else np.zeros(0, ft)
                 # tau from its exact conditional given them
                 u = numpyro.sample(f"{v}_size_u", dist.Gamma(alpha + 0.5 * k, 1.0))
                 tau = p[f"tau_{v}_size"] = numpyro.deterministic(f"tau_{v}_size", jnp.sqrt((beta + 0.5 * r @ r) / u))
                 # the levels along the law's directions, centered (the data pin them)
                 line = numpyro.sample(f"{v}_size_line", SmallNormal(
-                    jnp.zeros(Q.shape[1], Q.dtype), scale_tril=size_line_scale(R, s0, sN * h_N, tau)))
+                    np.zeros(Q.shape[1], ft), scale_tril=size_line_scale(R, s0, sN * h_N, tau)))
                 A = p[f"{v}_size"] = numpyro.deterministic(f"{v}_size", Q @ line + Q_perp @ r)
                 law_std = numpyro.sample(f"{v}_law_std", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
                 law = law_given_levels(A, law_std, n_size, s0, sN * h_N, tau)
