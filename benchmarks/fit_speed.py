@@ -2,7 +2,7 @@
 
 Default, ``--model surface``: the ``surface`` model without size scatter (``size_scatter=False``: the model
 of issue #8, which ``benchmarks/_pymc_surface.py`` writes out in PyMC; the default fit of a table with several
-model sizes adds size scatter, at 1.1-1.5x the wall time) on Step Law's 1,911 dense runs
+model sizes adds size scatter, at 1.5-1.7x the wall time: row 8) on Step Law's 1,911 dense runs
 (``../shared/datasets/steplaw/dense_runs.csv``, read in place), every measurement in a fresh Python process:
 
 1. scalinfer MAP, cold: ``scalinfer.fit(runs, model="surface", size_scatter=False, method="map")`` with a new,

@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--size-scatter", action=argparse.BooleanOptionalAction, default=None,
                    help="surface: each model size (distinct N) scatters around the laws, so predictions at a new "
                         "N carry that scatter (default: on with two or more sizes; --no-size-scatter fits the "
-                        "laws alone, 1.1-1.5x faster, with intervals at a new N that leave that scatter out)")
+                        "laws alone, 1.5-1.7x faster, with intervals at a new N that leave that scatter out)")
     s.add_argument("--method", default=None, choices=("nuts", "map", "laplace", "bootstrap"))
     s.add_argument("--chains", type=int, default=4)
     s.add_argument("--warmup", type=int, default=500)

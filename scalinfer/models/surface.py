@@ -95,10 +95,11 @@ NUTS at its maximum tree depth, 1,020 steps per draw, R-hat 1.96, against 26 ste
 90% of the mass within 4-31% (0.4-3.1%), and a tail of t with 2 degrees of freedom for a size far off. It is
 conservative at the low end (P(tau < 3%) = 0.4%): with a handful of sizes the data cannot tell a 1% scatter
 from a 5% one, and the prior takes the wider. Cost, 4 x (500 + 1,000) on Step Law with compiled programs
-cached: 42 leapfrog steps per draw against 32 without, no divergences, 32 s against 29 s on the 1,746 runs with
-N <= 6e8 (benchmarks/steplaw_lr.py); on all 1,911, 39 s against 24 s, and with issue #8's 4 x (1,000 + 1,000)
-26 steps per draw against 16 and 35 s against 23 s. Each gradient costs ~1.1x the plain model's (in float32, as
-the plain model's: see `SmallNormal`). The extra steps are step-size adaptation, not geometry: the posterior
+cached: 42 leapfrog steps per draw against 32 without, no divergences, 34 s against 23 s on the 1,746 runs with
+N <= 6e8 (benchmarks/steplaw_lr.py); with issue #8's 4 x (1,000 + 1,000) on all 1,911, 26 steps per draw
+against 16 and 38 per warmup iteration against 32, a warm fit 28.6 s against 16.4 s, cold 42.4 s against 26.5 s
+(benchmarks/fit_speed.py). Each gradient costs ~1.1x the plain model's (in float32, as the plain model's: see
+`SmallNormal`). Most of the extra steps after warmup are step-size adaptation, not geometry: the posterior
 sits near a tree-depth boundary (trees of 15 leapfrog steps at step size ~0.23 and above, 31 below), and the
 dual averaging of the 50-iteration end buffer leaves each chain's step size anywhere in 0.17-0.29, so about half
 the chains run at twice the steps (seen with every chain's own mass matrix conditioned alike, and with all four
@@ -159,8 +160,8 @@ Geometry: the fit starts from a per-setting point estimate (`init_values`) refin
 to the joint mode (`scalinfer.inference.optimize`); NUTS then runs on coordinates scaled by the Laplace
 standard deviations (`scalinfer.inference.fit`), so parameters pinned to 1e-4 (the loss levels) and ones known
 to 0.5 (the offsets) are all O(1), and a dense mass matrix adapts to the correlation that is left (between the
-laws' intercepts and the curvatures). On Step Law's 1,911 runs this samples at ~16 leapfrog steps per draw
-after warmup with no divergences (4 x (1,000 + 1,000) in 14 s of NUTS on 2 cores with the potential in
+laws' intercepts and the curvatures). On Step Law's 1,911 runs the plain model samples at ~16 leapfrog steps
+per draw after warmup with no divergences (4 x (1,000 + 1,000) in 14 s of NUTS on 2 cores with the potential in
 float32, 25 s in float64, `benchmarks/fit_speed.py`). Centering the optima of settings whose runs bracket them
 was tried and dropped: no fewer steps per draw, and the joint mode then sits at tau_lr = tau_b = 0 (the
 centered funnel's neck), a useless start and scale for NUTS;
