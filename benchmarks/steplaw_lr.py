@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from _grid import grid_truth_at, grid_winner, regret  # benchmarks/, the script's folder, is first on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 DATASET = ROOT.parent / "shared" / "datasets" / "steplaw" / "dense_runs.csv"
 TARGET_N = 1_073_741_824
@@ -46,23 +48,6 @@ TARGET_D = (2e10, 5.69e10)
 def grid_truth(full, D: float) -> dict:
     """The held-out grid at (TARGET_N, D): its best run and the table of its runs."""
     return grid_truth_at(full, TARGET_N, D)
-
-
-def grid_truth_at(full, N: float, D: float) -> dict:
-    """The grid at (N, D): its best run and the table of its runs."""
-    g = full[(full["N"] == N) & (full["D"] == D)]
-    g = g[np.isfinite(g["loss"])]
-    best = g.loc[g["loss"].idxmin()]
-    return {"grid": g, "best_lr": float(best["lr"]), "best_batch": float(best["batch_tokens"]),
-            "best_loss": float(best["loss"])}
-
-
-def regret(truth: dict, lr: float, batch: float) -> tuple[float, float, float]:
-    """(regret %, lr, batch) of the grid run nearest in (log lr, log batch) to the proposal."""
-    g = truth["grid"]
-    d = (np.log(g["lr"]) - np.log(lr)) ** 2 + (np.log(g["batch_tokens"]) - np.log(batch)) ** 2
-    near = g.loc[d.idxmin()]
-    return 100.0 * (float(near["loss"]) / truth["best_loss"] - 1.0), float(near["lr"]), float(near["batch_tokens"])
 
 
 def evaluate(name: str, answers: dict, truths: dict) -> dict:
@@ -86,35 +71,6 @@ def from_fit(fit, ci: float) -> dict:
         p = fit.predict(N=TARGET_N, D=D, ci=ci)
         res[D] = {k: tuple(float(v) for v in p.interval(k)) for k in ("lr_opt", "batch_opt")}
     return res
-
-
-def grid_winner(fit, truth: dict, D: float, ci: float, seed: int = 0) -> dict:
-    """The posterior predictive distribution of *which grid LR wins*: for every posterior draw, the held-out
-    grid's losses as the model predicts them for a new setting at (TARGET_N, D) (one draw of the setting's
-    offsets shared by all its cells), plus the model's own run-to-run noise (Student-t, scale sigma0 + sigma1
-    * excess), then the LR of the best cell. The grid's best LR is a noisy argmin over LRs sqrt 2 apart, a
-    different quantity from the continuous optimum that ``lr_opt`` describes; this says how probable the
-    observed winner was under the model, and whether it lies in the model's central `ci` set of winners."""
-    g = truth["grid"]
-    lrs, bs = g["lr"].to_numpy(float), g["batch_tokens"].to_numpy(float)
-    p = fit.predict(N=TARGET_N, D=D, lr=lrs, batch=bs)
-    d = fit.draws(["sigma0", "sigma1", "nu"])
-    log_loss, log_opt = np.log(p["loss"]), np.log(p["loss_opt"])  # both (draws, cells)
-    scale = d["sigma0"][:, None] + d["sigma1"][:, None] * (log_loss - log_opt)
-    rng = np.random.default_rng(seed)
-    y = log_loss + scale * rng.standard_t(d["nu"][:, None], size=log_loss.shape)
-    win = lrs[np.argmin(y, axis=1)]
-    values, counts = np.unique(win, return_counts=True)
-    prob = dict(zip(values.tolist(), (counts / counts.sum()).tolist()))
-    order = sorted(prob, key=prob.get, reverse=True)
-    kept, mass = [], 0.0
-    for v in order:  # the most probable winners until they hold `ci` of the mass
-        if mass >= ci:
-            break
-        kept.append(v)
-        mass += prob[v]
-    return {"p_observed_winner": prob.get(truth["best_lr"], 0.0), "winner_set": sorted(kept),
-            "observed_in_set": truth["best_lr"] in kept, "probabilities": {f"{k:.4g}": v for k, v in prob.items()}}
 
 
 def held_out_by_size(path: str, full, args, size_scatter: bool | None) -> dict:
@@ -242,7 +198,7 @@ def main(argv=None) -> int:
               f"[{lo:.3g}, {hi:.3g}]; grid's best LR {t['best_lr']:.3g}: {'inside' if hit else 'outside'}")
     report["grid_winner"] = {}
     for D in TARGET_D:
-        w = grid_winner(fit, truths[D], D, args.ci, seed=args.seed)
+        w = grid_winner(fit, truths[D], TARGET_N, D, args.ci, seed=args.seed)
         report["grid_winner"][f"{D:g}"] = w
         print(f"D = {D:g}: which grid LR wins, as the model predicts it (noise included): "
               + ", ".join(f"{k} {100 * v:.0f}%" for k, v in w["probabilities"].items() if v >= 0.01)
