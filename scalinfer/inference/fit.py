@@ -76,9 +76,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     prepare_runtime(chains)
     m = get_model(model)
     if options:
-        m = m.with_options(**options) if hasattr(m, "with_options") else m
-        if not hasattr(m, "with_options"):
-            raise ModelError(f"model {m.name!r} takes no options (got {', '.join(options)})")
+        m = m.with_options(**options)
     method = method or m.default_method
     potential_dtype = potential_dtype or m.potential_dtype
     if potential_dtype not in (None, "float32", "float64"):
@@ -87,7 +85,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         raise ModelError(f"unknown method {method!r} (one of: {', '.join(METHODS)})")
     t0 = time.perf_counter()
     data, constants = m.prepare(runs)
-    if hasattr(m, "fit_draws") and method == m.default_method and m.default_method != "nuts":
+    if method == m.default_method != "nuts":  # the model's own fitting method (classic: bootstrap)
         draws, stats = m.fit_draws(data, constants, samples=samples * chains, seed=seed)
         tree = _to_tree(m, runs, data, constants, {k: v[None] for k, v in draws.items()}, stats, None, method)
         return Fit(tree, timings={"total_s": time.perf_counter() - t0})
@@ -200,7 +198,7 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
     bounds = _support_bounds(m, kwargs) if kwargs is not None else {}
     if kwargs is not None and method != "map":  # one draw: nothing to estimate LOO from
         groups["log_likelihood"] = _log_likelihood(m, kwargs, draws)
-    observed = {k: v for k, v in data.items() if k in getattr(m, "observed", ("log_loss",))}
+    observed = {k: v for k, v in data.items() if k in m.observed}
     if observed:
         groups["observed_data"] = observed
     groups["constant_data"] = {
@@ -215,11 +213,11 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
         **{k: v for k, v in (extra or {}).items()},
         **{f"meta_{k}": str(v) for k, v in runs.meta.items()},
     }}
-    dims = dict(getattr(m, "dims", {}))
+    dims = dict(m.dims)
     for k in groups["constant_data"]:
         if k.startswith("run_"):
             dims[k] = ["run"]
-    tree = from_dict(groups, dims=dims, coords=getattr(m, "coords", lambda d, c: {})(data, constants) or None,
+    tree = from_dict(groups, dims=dims, coords=m.coords(data, constants) or None,
                      attrs=attrs, check_conventions=False)
     for k, (lo, hi) in bounds.items():
         if k in tree["posterior"].data_vars:
@@ -384,7 +382,7 @@ class Fit:
                 worst = min(low, key=low.get)
                 out.append(f"bulk ESS below {ESS_MIN} for {len(low)} parameter(s) (worst {worst}: {low[worst]:.0f})")
         out.extend(self._bound_warnings())
-        out.extend(getattr(self.model, "fit_warnings", lambda f: [])(self))
+        out.extend(self.model.fit_warnings(self))
         return out
 
     def _bound_warnings(self) -> list[str]:
@@ -422,8 +420,7 @@ class Fit:
         """Posterior draws and intervals of the model's quantities at `targets` (e.g. ``N=1e9, D=2e10``)."""
         if not 0 < ci < 1:
             raise ModelError(f"ci must be between 0 and 1, got {ci}")
-        missing = [t for t in self.model.targets if targets.get(t) is None and t in self.model.required_targets()] \
-            if hasattr(self.model, "required_targets") else []
+        missing = [t for t in self.model.required_targets if targets.get(t) is None]
         if missing:
             raise ModelError(f"model {self.model.name!r} needs target(s) {', '.join(missing)}")
         with warnings.catch_warnings():

@@ -33,6 +33,7 @@ Priors (weakly informative on the scales involved; every quantity is in nats or 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax.numpy as jnp
@@ -48,7 +49,10 @@ from scalinfer.runs.schema import RunTable
 __all__ = ["Chinchilla", "MODEL"]
 
 
+@dataclasses.dataclass(frozen=True)
 class Chinchilla(Model):
+    """L(N, D) = E + A N^-alpha + B D^-beta in log space (see the module docstring); no options."""
+
     name = "chinchilla"
     version = "1"
     required_columns = ("N", "D", "loss")

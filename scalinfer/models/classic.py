@@ -118,13 +118,6 @@ class Classic(Model):
         if not (np.isfinite(self.divergence_ratio) and self.divergence_ratio > 1):
             raise ModelError(f"divergence_ratio must be a number above 1, got {self.divergence_ratio!r}")
 
-    def with_options(self, **options: Any) -> Classic:
-        unknown = set(options) - {"vertex", "window", "divergence_ratio"}
-        if unknown:
-            raise ModelError(f"model 'classic' takes options vertex, window, divergence_ratio; "
-                             f"not {', '.join(sorted(unknown))}")
-        return dataclasses.replace(self, **options)
-
     def prepare(self, runs: RunTable) -> tuple[Arrays, dict[str, float]]:
         self.check(runs)
         df = runs.df.reset_index(drop=True)

@@ -29,6 +29,7 @@ unit-to-unit scatter enters a prediction's interval.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -193,29 +194,41 @@ def pooled(fitted: np.ndarray, mean: np.ndarray, tau: np.ndarray, index: np.ndar
     return np.where(index >= 0, np.asarray(fitted)[:, np.clip(index, 0, None)], new)
 
 
+@dataclasses.dataclass(frozen=True)
 class BatchTableModel(Model):
     """Base of the batch models on steps-to-target tables (loss curves are converted first).
 
     Subclasses implement `model` and the unit-level laws; this class turns the table into arrays,
-    accepts curves (converted with `curves_to_table` at ``target_losses``, by default
-    `default_target_losses`), and answers the targets ``N``, ``target_loss`` and ``batch``.
+    accepts curves (converted with `curves_to_table`), and answers the targets ``N``, ``target_loss`` and
+    ``batch``.
+
+    Parameters
+    ----------
+    target_losses : the target losses (nats/token) at which loss curves become steps-to-target cells
+        (None: `default_target_losses`).
+    interpolate : whether a cell's steps are interpolated between the records around the crossing (else
+        the first record at or below the target).
     """
+
+    target_losses: tuple[float, ...] | None = None
+    interpolate: bool = True
 
     table_kind = "steps_to_target"
     required_columns = ("N", "batch_tokens", "target_loss", "steps_to_target")
     targets = ("N", "target_loss", "batch")
+    required_targets = ("N", "target_loss")
     observed = ("log_steps",)
 
-    def __init__(self, target_losses=None, interpolate: bool = True):
-        self.target_losses = None if target_losses is None else tuple(np.atleast_1d(target_losses).tolist())
-        self.interpolate = interpolate
-
-    def with_options(self, target_losses=None, interpolate: bool = True):
-        """The same model converting loss curves at these target losses (nats/token)."""
-        return type(self)(target_losses=target_losses, interpolate=interpolate)
-
-    def required_targets(self) -> tuple[str, ...]:
-        return ("N", "target_loss")
+    def __post_init__(self):
+        if self.target_losses is not None:
+            t = np.atleast_1d(np.asarray(self.target_losses, dtype=float))
+            if t.ndim != 1 or t.size == 0 or not np.all(np.isfinite(t) & (t > 0)):
+                raise ModelError(f"target_losses must be positive finite losses (nats/token), got "
+                                 f"{self.target_losses!r}")
+            object.__setattr__(self, "target_losses", tuple(t.tolist()))
+        if not isinstance(self.interpolate, (bool, np.bool_)):
+            raise ModelError(f"interpolate must be True or False, got {self.interpolate!r}")
+        object.__setattr__(self, "interpolate", bool(self.interpolate))
 
     # ---- data ---------------------------------------------------------------------------------------
     def check(self, runs: RunTable) -> None:

@@ -74,6 +74,7 @@ Priors (L_ref: the smallest loss in the data, observed or target; weakly informa
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax.numpy as jnp
@@ -87,7 +88,7 @@ from numpyro.infer.reparam import LocScaleReparam
 from scalinfer.errors import ModelError
 from scalinfer.laws.batch import (batch_min_floor, batch_opt_floor, loss_noise_floor, steps_min_floor,
                                   steps_to_target_floor, tokens_min_floor)
-from scalinfer.models.base import Arrays
+from scalinfer.models.base import Arrays, LossCurve
 from scalinfer.models.batch.common import (BatchTableModel, CensoredNormal, enable_x64, pooled, table_arrays,
                                            target_key)
 from scalinfer.runs.schema import RunTable
@@ -98,7 +99,8 @@ _SIZE_TOL = 1e-6
 _SIZE_SITES = ("log_L_inf", "log_a", "log_c")
 
 
-class BatchFloor(BatchTableModel):
+@dataclasses.dataclass(frozen=True)
+class BatchFloor(BatchTableModel, LossCurve):
     name = "batch-floor"
     version = "1"
     table_kind = "curves"

@@ -36,6 +36,8 @@ Priors (centered log steps and batch, so each intercept is O(1); weakly informat
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import numpyro
@@ -47,6 +49,7 @@ from scalinfer.models.batch.common import BatchTableModel, CensoredNormal, sampl
 __all__ = ["BatchOpenAI", "OPENAI"]
 
 
+@dataclasses.dataclass(frozen=True)
 class BatchOpenAI(BatchTableModel):
     name = "batch-openai"
     version = "1"

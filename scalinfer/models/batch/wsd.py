@@ -49,6 +49,8 @@ Priors (centered log steps and batch; weakly informative on these scales):
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import numpyro
@@ -57,6 +59,7 @@ import pandas as pd
 
 from scalinfer.errors import ModelError
 from scalinfer.laws.batch import wsd_piecewise_coefficients
+from scalinfer.models.base import LossCurve
 from scalinfer.models.batch.common import (BatchTableModel, CensoredNormal, enable_x64, sample_power_law,
                                            sample_unit_scatter, target_key, unit_effect)
 
@@ -117,7 +120,8 @@ def steps_wsd_piecewise(batch_tokens, S_min, S_1, S_opt, S_2, E_min, C, A_1):
     return jnp.where(reachable, S, jnp.inf), reachable
 
 
-class BatchWSD(BatchTableModel):
+@dataclasses.dataclass(frozen=True)
+class BatchWSD(BatchTableModel, LossCurve):
     name = "batch-wsd"
     version = "1"
     predicts = {"batch_min": "tokens/step", "batch_opt": "tokens/step", "batch_crit": "tokens/step",
