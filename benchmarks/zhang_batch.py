@@ -4,7 +4,7 @@ Data: ``../shared/datasets/critical_batch_size_zhang2024/`` (steps to reach each
 at 9 batch sizes, 4 model sizes 85M-604M; see its PROVENANCE.md), read in place.
 
 1. Each model (``batch-openai``, ``batch-wsd``, ``batch-floor``) is fit to all 36 cells with NUTS, and the
-   three fits are ranked by PSIS-LOO (`scalinfer.models.batch.compare.compare_fits`).
+   three fits are ranked by PSIS-LOO (`scalinfer.inference.compare.compare_fits`).
 2. Leave one size out: fit on the other three sizes, predict tokens to target at the held-out size's N and
    target loss for its 9 batch sizes, and count how many measured values fall inside the 90% intervals:
    of the law (``Fit.predict``: the posterior of E(B), a new unit's deviation included) and of a new
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"dataset not found: {DATA}")
 
     import scalinfer
-    from scalinfer.models.batch.compare import compare_fits, loo_table
+    from scalinfer.inference.compare import compare_fits, loo_table
 
     models = [m for m in args.models.split(",") if m]
     runs = scalinfer.load_runs(DATA)

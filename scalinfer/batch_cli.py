@@ -4,7 +4,7 @@
     scalinfer schedule FIT.nc --N X --D Y [--max-batch B] [--every TOKENS] [--lr PEAK]
                        [--multiple-of TOKENS] [--decay-fraction F] [--plot PNG] [--json] [-o FILE]
 
-``compare`` ranks fits of the same data by PSIS-LOO (`scalinfer.models.batch.compare.compare_fits`) and
+``compare`` ranks fits of the same data by PSIS-LOO (`scalinfer.inference.compare.compare_fits`) and
 refuses fits of different data. ``schedule`` builds a batch-size schedule that follows B_opt along the run
 (`scalinfer.schedule.batch_schedule`) and writes it, with its WSD learning-rate schedule, in the trainer's
 file format (``scalinfer.schedule/1``).
@@ -45,7 +45,7 @@ def _print_json(obj: Any) -> None:
 
 
 def cmd_compare(args) -> int:
-    from scalinfer.models.batch.compare import compare_fits, loo_table
+    from scalinfer.inference.compare import compare_fits, loo_table
 
     names = {}
     for path in args.fits:

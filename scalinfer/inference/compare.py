@@ -1,4 +1,4 @@
-"""Ranking fits of the same data by PSIS-LOO (ArviZ `arviz_stats.loo` / `compare`).
+"""Ranking fits of the same data by PSIS-LOO and stacking weights (ArviZ `arviz_stats.loo` / `compare`).
 
 LOO compares the expected log predictive density of each observed value left out in turn, so it is only
 meaningful between fits of the *same* observed numbers: the same rows, the same observed variable, the
@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from scalinfer.errors import ModelError
+from scalinfer.inference.fit import load_fit
 
 __all__ = ["same_data", "compare_fits", "loo_table"]
 
@@ -99,8 +100,6 @@ def compare_fits(fits: Mapping[str, Any]) -> pd.DataFrame:
         Fewer than two fits, fits of different data, or a fit without posterior draws.
     """
     from arviz_stats import compare
-
-    from scalinfer.inference import load_fit
 
     if len(fits) < 2:
         raise ModelError("compare needs at least two fits of the same data")
