@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalinfer.models import get_model
+from scalinfer.models import Model, get_model
 from scalinfer.runs.schema import RunTable, validate
 
 __all__ = ["simulate"]
 
 
-def simulate(model: str = "chinchilla", design: pd.DataFrame | None = None, params: dict | None = None,
+def simulate(model: str | Model = "chinchilla", design: pd.DataFrame | None = None, params: dict | None = None,
              seed: int = 0) -> RunTable:
     """Draw a run table from `model` at `params` (default: the model's `true_params`) over the `design`
     rows (default: the model's `default_design`). The truth is kept in ``RunTable.meta["true_params"]``."""

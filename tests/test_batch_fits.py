@@ -21,7 +21,7 @@ from scalinfer.cli import main as cli
 from scalinfer.errors import ModelError
 from scalinfer.models.batch import OPENAI
 from scalinfer.runs.schema import validate
-from scalinfer.schedule import batch_schedule, segment_batches, segment_bounds, write_schedule
+from scalinfer.schedules.batch import batch_schedule, segment_batches, segment_bounds, write_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -122,7 +122,7 @@ def test_schedule_follows_the_posterior_median_batch_opt_clipped(floor_run, tmp_
     assert all(np.diff(batches) >= 0) and batches[-1] == pytest.approx(max_batch)  # grows, then capped
     assert sched.segments[-1].batch_tokens == stable[-1].batch_tokens  # held through the LR decay
     # it is a valid trainer schedule, written atomically by the trainer's own writer
-    from scalinfer.train.schedule_file import load_schedule, validate_schedule
+    from scalinfer.schedules.file import load_schedule, validate_schedule
 
     validate_schedule(sched.to_trainer_dict())
     path = write_schedule(sched, tmp_path / "schedule.json")

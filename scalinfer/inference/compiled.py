@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import inspect
 import threading
 from typing import Any, Callable
 
@@ -67,19 +68,14 @@ def join_kwargs(dynamic: dict[str, Any], static: tuple[tuple[str, Any], ...]) ->
 
 
 def _model_key(model_fn: Callable) -> Any:
-    """A hashable identity of a model function. A bound method is keyed by (class, function, instance), so
-    equal instances share programs: Python compares bound methods by the *identity* of their instance, and
-    every fit with model options builds a new (frozen, equal) model, so keying on the method itself compiled
-    and kept a new program per fit (~2,000 memory maps each on CPU, until the OS's 65,530 stopped the process
-    after ~30 fits). An unhashable instance is keyed by its repr; a plain function by itself."""
-    owner, func = getattr(model_fn, "__self__", None), getattr(model_fn, "__func__", None)
-    if owner is None or func is None:
-        return model_fn
-    try:
-        hash(owner)
-        return (type(owner), func, owner)
-    except TypeError:
-        return (type(owner), func, repr(owner))
+    """A hashable identity of a model function. A model's bound method is keyed by (class, function,
+    instance): models are frozen dataclasses whose fields are their options, so equal models (the same class
+    and options) share programs. Python compares bound methods by the *identity* of their instance, and each
+    fit with model options builds a new model, so keying on the method itself would compile and keep a new
+    program per fit. A plain function is its own key."""
+    if inspect.ismethod(model_fn):
+        return (type(model_fn.__self__), model_fn.__func__, model_fn.__self__)
+    return model_fn
 
 
 _LOCK = threading.Lock()

@@ -3,12 +3,14 @@
 A `Fit` wraps an ArviZ DataTree with the groups ``posterior`` (sampled and natural-scale parameters),
 ``sample_stats`` (divergences, tree sizes...), ``log_likelihood``, ``observed_data`` and ``constant_data``
 (the model's inputs and centering constants), and root attributes naming the model, its version, the method
-and the scalinfer version. It saves as one netCDF file and reopens without refitting.
+and the scalinfer version, and the model's options as JSON (``model_options``), so that a reopened fit's
+`Fit.model` is the model that was fitted. It saves as one netCDF file and reopens without refitting.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import sys
 import time
@@ -71,7 +73,8 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     potential_dtype : ``"float32"`` or ``"float64"``: the float type NUTS evaluates the log density in
         (default: the model's `potential_dtype`; float32 is ~1.8x faster per gradient on CPU). The mode,
         its curvature and the draws' constrained values are float64 either way.
-    options : passed to the model's constructor-free settings (e.g. ``n_kind``), if it takes any.
+    options : the model's options (its dataclass fields, e.g. ``size_scatter``; `Model.with_options`), saved in
+        the fit so that `Fit.model` (and a reloaded fit's) is the model fitted.
     """
     prepare_runtime(chains)
     m = get_model(model)
@@ -208,7 +211,8 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
     }
     attrs = {"/": {
         "file_format": FILE_FORMAT, "scalinfer_version": __version__, "model": m.name,
-        "model_version": m.version, "method": method, "n_runs": len(runs), "source": str(runs.source),
+        "model_version": m.version, "model_options": _options_json(m), "method": method, "n_runs": len(runs),
+        "source": str(runs.source),
         "table_kind": runs.kind, "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         **{k: v for k, v in (extra or {}).items()},
         **{f"meta_{k}": str(v) for k, v in runs.meta.items()},
@@ -223,6 +227,23 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
         if k in tree["posterior"].data_vars:
             tree["posterior"][k].attrs.update({"support_lower": lo, "support_upper": hi})
     return tree
+
+
+def _options_json(m: Model) -> str:
+    """The model's options as a JSON object (NumPy scalars and arrays as plain numbers and lists)."""
+    def plain(v):
+        if isinstance(v, (np.generic, np.ndarray)):
+            return v.tolist()
+        raise ModelError(f"model {m.name!r}: option value {v!r} cannot be saved in a fit file")
+    return json.dumps(m.options(), default=plain, sort_keys=True)
+
+
+def _fitted_model(attrs: dict[str, Any]) -> Model:
+    """The model a fit file's root attributes name, with the options it was fitted with (a file written
+    before options were saved has none: the model's defaults, as it was fitted then)."""
+    model = get_model(str(attrs["model"]))
+    options = attrs.get("model_options")
+    return model.with_options(**json.loads(str(options))) if options else model
 
 
 def _support_bounds(m: Model, kwargs) -> dict[str, tuple[float, float]]:
@@ -294,7 +315,8 @@ class Fit:
     def __init__(self, tree, timings: dict[str, float] | None = None):
         self.tree = tree
         self.timings = dict(timings or {})
-        self.model = get_model(self.attrs["model"])
+        #: the model fitted, options included
+        self.model = _fitted_model(self.attrs)
 
     # ---- what it holds -------------------------------------------------------------------------------
     @property
@@ -467,4 +489,8 @@ def load_fit(path: str | os.PathLike) -> Fit:
         raise FitFileError(
             f"{path}: written by model {model.name!r} version {tree.attrs.get('model_version')}, this scalinfer "
             f"has version {model.version}; refit with this version")
-    return Fit(tree)
+    try:
+        return Fit(tree)
+    except (ModelError, ValueError) as e:  # options this scalinfer's model does not take, or unreadable JSON
+        raise FitFileError(f"{path}: the model's options {tree.attrs.get('model_options')!r} do not fit this "
+                           f"scalinfer's {model.name!r} ({e})") from None

@@ -10,6 +10,10 @@ name               what it fits
 ``batch-wsd``      the piecewise E(S) of the batch-size paper, continuous at the breakpoints (section 5)
 ``batch-floor``    the noise-floor surface L(S; B) = L_inf + a S^-alpha + c / B on loss curves (section 5)
 =================  ==========================================================================================
+
+Every model is a frozen dataclass implementing `Model` (`scalinfer.models.base`): its fields are its
+options (``get_model("surface").with_options(size_scatter=True)``); the models with a loss-vs-tokens law
+also implement `LossCurve`.
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ from __future__ import annotations
 import importlib
 
 from scalinfer.errors import ModelError
-from scalinfer.models.base import Model
+from scalinfer.models.base import LossCurve, Model
 
-__all__ = ["Model", "get_model", "MODEL_NAMES"]
+__all__ = ["Model", "LossCurve", "get_model", "MODEL_NAMES"]
 
 # name -> "module:attribute"; imported on first use so `import scalinfer` stays light
 _REGISTRY = {

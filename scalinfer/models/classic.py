@@ -36,7 +36,6 @@ Diverged runs (flagged, non-finite loss, or a loss above ``divergence_ratio`` ti
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 import pandas as pd
