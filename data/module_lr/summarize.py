@@ -1,0 +1,56 @@
+"""Write data/module_lr/summary.csv: one row per finished run of the module-LR study, its module group and multiplier.
+
+The run table (runs.jsonl) has the global ``lr`` but not the per-module multipliers (the trainer's records do
+not carry ``optimizer.lr_mult``); they are read from each run's configuration in manifest.json. Columns:
+size, group (``base``, ``embedding``, ``hidden``, ``router``, ``lm_head``), multiplier (of that group's LR;
+1 for ``base``), lr (the global peak LR, the base), loss (held-out nats per byte token; empty if diverged),
+diverged, wall_s, run_id.
+
+    python data/module_lr/summarize.py
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+HIDDEN = ("attention", "experts")
+
+
+def group_of(mult: dict[str, float]) -> tuple[str, float]:
+    """The one module group whose multiplier is not 1 (attention and experts together are ``hidden``)."""
+    moved = {k: v for k, v in mult.items() if v != 1.0}
+    if not moved:
+        return "base", 1.0
+    if set(moved) == set(HIDDEN) and len(set(moved.values())) == 1:
+        return "hidden", moved["attention"]
+    if len(moved) == 1:
+        ((k, v),) = moved.items()
+        return k, v
+    raise ValueError(f"more than one module group moved: {moved}")
+
+
+def main() -> None:
+    manifest = json.loads((HERE / "manifest.json").read_text())
+    records = {r["run_id"]: r for r in map(json.loads, (HERE / "runs.jsonl").read_text().splitlines())}
+    rows = []
+    for run in manifest["runs"]:
+        rec = records.get(run["run_id"])
+        if run["state"] != "done" or rec is None:
+            continue
+        group, m = group_of(run["config"]["optimizer"]["lr_mult"])
+        rows.append({"size": run["name"].split("-")[0], "group": group, "multiplier": m, "lr": rec["lr"],
+                     "loss": rec["loss"], "diverged": rec["diverged"], "wall_s": run["wall_s"],
+                     "run_id": run["run_id"]})
+    rows.sort(key=lambda r: (r["size"], r["group"], r["multiplier"]))
+    with open(HERE / "summary.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["size"])
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {HERE / 'summary.csv'}: {len(rows)} runs")
+
+
+if __name__ == "__main__":
+    main()
