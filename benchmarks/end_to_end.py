@@ -144,7 +144,7 @@ def base_config(df: pd.DataFrame, N: float, configs: Path = CONFIGS) -> dict[str
 def train_settings(base: dict[str, Any], settings: list[dict[str, Any]], out: Path, label: str) -> list[dict]:
     """Train each setting ``{name, lr, batch_tokens, total_tokens[, model...]}`` on top of ``base`` with the
     sweep machinery (resumable, cached in ``out``); returns their main-run records in order."""
-    from scalinfer.train.sweep import parse_sweep, run_sweep
+    from scalinfer.sweep import parse_sweep, run_sweep
 
     runs = []
     for s in settings:
@@ -169,7 +169,7 @@ def train_settings(base: dict[str, Any], settings: list[dict[str, Any]], out: Pa
 
 
 def _toml_sweep(name: str, runs: list[dict[str, Any]]) -> str:
-    from scalinfer.train.plan import _toml
+    from scalinfer.sweep.plan import _toml
 
     def table(prefix: str, d: dict[str, Any]) -> list[str]:
         flat = [f"{k} = {_toml('none' if v is None else v)}" for k, v in d.items() if not isinstance(v, dict)]

@@ -6,7 +6,7 @@
 
 ``compare`` ranks fits of the same data by PSIS-LOO (`scalinfer.inference.compare.compare_fits`) and
 refuses fits of different data. ``schedule`` builds a batch-size schedule that follows B_opt along the run
-(`scalinfer.schedule.batch_schedule`) and writes it, with its WSD learning-rate schedule, in the trainer's
+(`scalinfer.schedules.batch.batch_schedule`) and writes it, with its WSD learning-rate schedule, in the trainer's
 file format (``scalinfer.schedule/1``).
 """
 
@@ -67,7 +67,7 @@ def cmd_compare(args) -> int:
 
 def cmd_schedule(args) -> int:
     from scalinfer.inference import load_fit
-    from scalinfer.schedule import batch_schedule, write_schedule
+    from scalinfer.schedules.batch import batch_schedule, write_schedule
 
     f = load_fit(args.fit)
     sched = batch_schedule(f, N=args.N, D=args.D, max_batch=args.max_batch, every=args.every, lr_peak=args.lr,

@@ -10,10 +10,10 @@ import pytest
 from conftest import run_cli
 from scalinfer.errors import TrainError
 from scalinfer.laws import step_law_lr_opt
-from scalinfer.train.loop import make_plan as trainer_plan
-from scalinfer.train.plan import (
+from scalinfer.sweep.plan import (
     PlanSpec, aligned_decay_points, check_plan_configs, dense_counterpart, lr_grid, make_plan, parse_size,
 )
+from scalinfer.train.token_plan import make_plan as trainer_plan
 
 
 def test_lr_grid_is_geometric_and_centred():

@@ -33,7 +33,7 @@ from scalinfer.errors import TrainError
 from scalinfer.train import apply_overrides, preset, train
 from scalinfer.train.checkpoint import Checkpointer, CheckpointWarning
 from scalinfer.train.records import MetricsLog, append_records, read_records
-from scalinfer.train.sweep import merge, parse_sweep, run_one
+from scalinfer.sweep import merge, parse_sweep, run_one
 
 OVERRIDES = ["name=rel", "total_tokens=40960", "batch_tokens=2048", "micro_batch_tokens=1024", "lr=1e-2",
              "warmup=0.1", "decay=0.2", "eval_every=0", "checkpoint_every=5", "keep_checkpoints=2",
@@ -401,7 +401,7 @@ def test_full_disk_appending_metrics_is_a_train_error(tmp_path, monkeypatch):
 def test_a_finished_run_without_its_sweep_info_is_recovered_and_exported(tmp_path, monkeypatch):
     """The disk fills as the sweep writes a finished run's sweep_run.json: the next sweep of the file finds the
     run done, writes a recovered sweep_run.json from its records, and `export` copies the run."""
-    from scalinfer.train.sweep import export
+    from scalinfer.sweep import export
 
     sweep = parse_sweep({"sweep": {"name": "s", "preset": "tiny"}, "run": [{"name": "r"}]}, "s.toml")
     run = sweep.runs[0]
@@ -459,7 +459,7 @@ def test_damaged_config_on_resume_is_a_train_error_naming_it(interrupted, tmp_pa
 
 def test_damaged_sweep_info_at_export_is_a_train_error_naming_it(tmp_path, monkeypatch):
     """A finished run's sweep_run.json is not JSON: `export` names the file and what to do, and writes nothing."""
-    from scalinfer.train.sweep import export
+    from scalinfer.sweep import export
 
     sweep = parse_sweep({"sweep": {"name": "s", "preset": "tiny"}, "run": [{"name": "r"}]}, "s.toml")
     run = sweep.runs[0]

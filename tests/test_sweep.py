@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from scalinfer.errors import TrainError
-from scalinfer.train.sweep import load_sweep, merge, parse_sweep, run_status
+from scalinfer.sweep import load_sweep, merge, parse_sweep, run_status
 
 TINY = """
 [sweep]

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from scalinfer.errors import TrainError
-from scalinfer.train import apply_overrides, param_counts, preset, train, write_schedule
+from scalinfer.schedules.file import write_schedule
+from scalinfer.train import apply_overrides, param_counts, preset, train
 from scalinfer.train.config import DataConfig
 from scalinfer.train.data import default_cache_dir, load_corpus, unigram_entropy
 from scalinfer.train.records import append_records, read_records

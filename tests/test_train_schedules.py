@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import doctest
 import json
 import math
 
@@ -10,12 +11,14 @@ import numpy as np
 import pytest
 
 from scalinfer.errors import TrainError
+from scalinfer.schedules import wsd
+from scalinfer.schedules.file import load_schedule, validate_schedule, write_schedule
+from scalinfer.schedules.wsd import branch_schedule, wsd_schedule
 from scalinfer.train import config as cfg_lib
 from scalinfer.train.config import ModelConfig, MupConfig, OptimizerConfig, apply_overrides, load_config, preset
-from scalinfer.train.loop import make_plan
 from scalinfer.train.model import param_counts
-from scalinfer.train.optimizer import lr_multipliers, weight_decays, wsd_schedule
-from scalinfer.train.schedule_file import load_schedule, validate_schedule, write_schedule
+from scalinfer.train.optimizer import lr_multipliers, weight_decays
+from scalinfer.train.token_plan import make_plan
 
 # --- WSD -------------------------------------------------------------------------------------
 
@@ -45,6 +48,24 @@ def test_wsd_decay_shapes_midpoint():
 def test_wsd_rejects_overlong_phases():
     with pytest.raises(TrainError, match="exceed"):
         wsd_schedule(1.0, total=100, warmup=60, decay=50)
+
+
+def test_wsd_docstring_examples():
+    """The module's doctests: the schedule is the peak at the end of warmup and the floor at the end of decay."""
+    assert doctest.testmod(wsd).failed == 0
+
+
+@pytest.mark.parametrize("shape", ["linear", "cosine", "1-sqrt"])
+def test_branch_is_the_main_decay_forked_earlier(shape):
+    """A branch forked at F decays like the main run's decay started at F: peak before, floor from F + K on."""
+    peak, final = 3e-3, 0.1
+    main = wsd_schedule(peak, total=1000, warmup=100, decay=200, shape=shape, final_fraction=final)
+    branch = branch_schedule(peak, fork=300, decay=200, shape=shape, final_fraction=final)
+    assert float(branch(0)) == np.float32(peak) and float(branch(300)) == np.float32(peak)
+    assert float(branch(500)) == np.float32(peak * final) and float(branch(10_000)) == np.float32(peak * final)
+    assert [float(branch(t)) for t in range(300, 501, 10)] == [float(main(t + 500)) for t in range(300, 501, 10)]
+    with pytest.raises(TrainError, match="unknown decay shape"):
+        branch_schedule(peak, fork=300, decay=200, shape="step")
 
 
 # --- config ----------------------------------------------------------------------------------
@@ -200,7 +221,7 @@ def test_plan_branches_and_errors(tmp_path):
     assert (b.fork_step, b.fork_tokens) == (25, 51200)
     assert b.decay_tokens == round(0.2 / 0.8 * 51200)   # the decay is 20% of the branch, like the main run
     lr = plan.lr_branch(b)
-    assert lr(b.fork_tokens) == pytest.approx(c.optimizer.lr) and lr(b.end_tokens) == 0.0
+    assert float(lr(b.fork_tokens)) == np.float32(c.optimizer.lr) and float(lr(b.end_tokens)) == 0.0
     with pytest.raises(TrainError, match=r"decay_points\[0\]=0.9 forks at 184320 tokens, outside the stable phase"):
         make_plan(apply_overrides(c, ["decay_points=[0.9]"]))
     path = write_schedule(tmp_path / "s.json", {"batch": [{"from_tokens": 0, "batch_tokens": 2048}]})

@@ -311,7 +311,7 @@ def plot_schedule(fit, N: float | None = None, D: float | None = None, max_batch
                   schedule=None, ci: float = 0.9, **options):
     """The batch schedule over tokens with the posterior of B_opt and B_min along the run, the expected
     loss, and the learning rate. Defaults: the largest fitted N and 20 tokens per parameter."""
-    from scalinfer.schedule import batch_schedule
+    from scalinfer.schedules.batch import batch_schedule
 
     if schedule is None:
         N = fit.constants["max_N"] if N is None else N
@@ -353,7 +353,7 @@ def plot_schedule(fit, N: float | None = None, D: float | None = None, max_batch
     ax.legend(frameon=False, fontsize=7)
     ax = axes[2]
     if schedule.lr is not None:
-        from scalinfer.train.optimizer import wsd_schedule  # the trainer's own schedule, so the figure is what runs
+        from scalinfer.schedules.wsd import wsd_schedule  # the trainer's own schedule, so the figure is what runs
 
         lr = schedule.lr
         fn = wsd_schedule(lr["peak"], lr["total_tokens"], lr["warmup_tokens"],

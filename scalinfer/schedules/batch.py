@@ -1,4 +1,4 @@
-r"""Batch-size schedules from a batch posterior (MATH.md section 5), in the trainer's file format.
+r"""Batch-size schedules from a batch posterior (MATH.md section 5), in the schedule file format (`.file`).
 
 A dynamic batch grows with the tokens seen, following B_opt (the batch that reaches a loss with the fewest
 tokens) at the loss the run is expected to have reached, clipped below by B_min (the smallest batch that can
@@ -23,8 +23,8 @@ Assumptions, stated in every schedule's ``assumptions``: the run is on the token
 batch its B_opt), so the loss reached after T tokens is the loss whose E_min is T; the loss-vs-tokens law
 is the fit's own (``batch-openai`` has no B_opt and cannot make a schedule).
 
-The learning-rate part is a WSD schedule (warmup, constant peak, decay) in tokens; the peak comes from
-``lr_peak`` or, when the fitted runs all used one LR, from them.
+The learning-rate part is a WSD schedule (warmup, constant peak, decay; `.wsd`) in tokens; the peak comes
+from ``lr_peak`` or, when the fitted runs all used one LR, from them.
 """
 
 from __future__ import annotations
@@ -38,12 +38,11 @@ from typing import Any
 import numpy as np
 
 from scalinfer.errors import ModelError
+from scalinfer.models.base import LossCurve
+from scalinfer.schedules import file as schedule_file
+from scalinfer.schedules.wsd import DECAY_SHAPES
 
-__all__ = ["Segment", "BatchSchedule", "segment_batches", "segment_bounds", "batch_schedule", "write_schedule",
-           "SCHEDULE_FORMAT", "DECAY_SHAPES"]
-
-SCHEDULE_FORMAT = "scalinfer.schedule/1"
-DECAY_SHAPES = ("linear", "cosine", "1-sqrt")
+__all__ = ["Segment", "BatchSchedule", "segment_batches", "segment_bounds", "batch_schedule", "write_schedule"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +99,8 @@ class BatchSchedule:
         return out
 
     def to_trainer_dict(self) -> dict[str, Any]:
-        """The schedule in the trainer's format ``scalinfer.schedule/1``."""
-        d: dict[str, Any] = {"format": SCHEDULE_FORMAT, "batch": self.stages()}
+        """The schedule in the schedule file's format ``scalinfer.schedule/1`` (`scalinfer.schedules.file`)."""
+        d: dict[str, Any] = {"format": schedule_file.FORMAT, "batch": self.stages()}
         if self.lr is not None:
             d["lr"] = dict(self.lr)
         return d
@@ -203,7 +202,7 @@ def batch_schedule(fit, N: float, D: float, max_batch: float | None = None, ever
     BatchSchedule
     """
     model = fit.model
-    if not hasattr(model, "loss_at_tokens"):
+    if not isinstance(model, LossCurve):
         raise ModelError(f"model {model.name!r} has no token-optimal batch B_opt (under it tokens fall monotonically "
                          "as the batch shrinks), so it cannot make a batch schedule: fit batch-floor or batch-wsd")
     for name, v in (("N", N), ("D", D)):
@@ -268,7 +267,5 @@ def batch_schedule(fit, N: float, D: float, max_batch: float | None = None, ever
 
 
 def write_schedule(schedule: BatchSchedule, path: str | os.PathLike) -> Path:
-    """Write the schedule in the trainer's format, validated and atomically (the trainer's own writer)."""
-    from scalinfer.train.schedule_file import write_schedule as _write
-
-    return _write(path, schedule.to_trainer_dict())
+    """Write the schedule file, validated and atomically (`scalinfer.schedules.file.write_schedule`)."""
+    return schedule_file.write_schedule(path, schedule.to_trainer_dict())

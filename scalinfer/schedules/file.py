@@ -1,8 +1,9 @@
 """Batch-size (and LR) schedule files: format ``scalinfer.schedule/1``.
 
 A schedule file tells the trainer how the global batch grows with the tokens seen, and optionally
-which WSD learning-rate schedule to use. The batch-size scheduler writes it (`write_schedule`);
-``scalinfer train`` reads it (config ``schedule_file``). JSON::
+which WSD learning-rate schedule to use (`scalinfer.schedules.wsd`). The batch-size scheduler
+(`scalinfer.schedules.batch`) writes it (`write_schedule`); ``scalinfer train`` reads it (config
+``schedule_file``). JSON::
 
     {
       "format": "scalinfer.schedule/1",
@@ -44,14 +45,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from scalinfer._io import atomic_write_text
 from scalinfer.errors import TrainError
-from scalinfer.train.records import write_file
+from scalinfer.schedules.wsd import DECAY_SHAPES
 
 __all__ = ["FORMAT", "BatchStage", "LrSchedule", "Schedule", "load_schedule", "validate_schedule",
            "write_schedule"]
 
 FORMAT = "scalinfer.schedule/1"
-DECAY_SHAPES = ("linear", "cosine", "1-sqrt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +176,7 @@ def load_schedule(path: str | os.PathLike) -> Schedule:
 
 
 def write_schedule(path: str | os.PathLike, schedule: Schedule | dict[str, Any]) -> Path:
-    """Validate and write a schedule file atomically (`scalinfer.train.records.write_file`: a fsynced temp file
+    """Validate and write a schedule file atomically (`scalinfer._io.atomic_write_text`: a fsynced temp file
     in the same folder, then ``os.replace``); a failed write is a `TrainError` naming the file and the reason.
 
     ``schedule`` is a `Schedule` or a dict in the file format (``format`` may be omitted).
@@ -185,5 +186,8 @@ def write_schedule(path: str | os.PathLike, schedule: Schedule | dict[str, Any])
     else:
         obj = {"format": FORMAT, **schedule}
     validate_schedule(obj, str(path))
-    return write_file(path, json.dumps(obj, indent=2) + "\n", "the schedule file",
-                      "it is as it was: fix the cause (a full disk? a read-only folder?) and write it again")
+    try:
+        return atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
+    except OSError as e:
+        raise TrainError(f"cannot write the schedule file {path} ({e.strerror or e}); it is as it was: fix the "
+                         f"cause (a full disk? a read-only folder?) and write it again") from e

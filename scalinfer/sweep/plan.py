@@ -36,7 +36,7 @@ from scalinfer.train.config import PRESETS, ModelConfig, TrainConfig
 from scalinfer.train.model import flops_per_token, param_counts
 
 __all__ = ["SizeSpec", "PlanSpec", "CalibrationPlan", "parse_size", "dense_counterpart", "prior_law",
-           "lr_grid", "aligned_decay_points", "make_plan"]
+           "lr_grid", "aligned_decay_points", "make_plan", "check_plan_configs"]
 
 
 # ---- model sizes -------------------------------------------------------------------------------------------
@@ -354,7 +354,7 @@ class CalibrationPlan:
         return "\n".join(lines)
 
     def to_toml(self) -> str:
-        """The sweep file (`scalinfer.train.sweep`): one ``[[grid]]`` per size over LR x batch."""
+        """The sweep file (`scalinfer.sweep.spec`): one ``[[grid]]`` per size over LR x batch."""
         sp = self.spec
         head = [f"# scalinfer plan: {self.n_runs} runs, {self.n_records} (N, D, eta, B) points, "
                 f"{self.flops:.4g} FLOPs (full grid {self.full_grid_flops:.4g}, "
@@ -495,7 +495,7 @@ def check_plan_configs(plan: CalibrationPlan) -> list[TrainConfig]:
     at planning time, not hours later)."""
     import tomllib
 
-    from scalinfer.train.sweep import parse_sweep
+    from scalinfer.sweep.spec import parse_sweep
 
     text = plan.to_toml()
     return [r.config for r in parse_sweep(tomllib.loads(text), "<plan>", text).runs]

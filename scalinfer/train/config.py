@@ -214,7 +214,7 @@ class TrainConfig:
     batch_tokens : global batch in tokens (a multiple of ``micro_batch_tokens``).
     micro_batch_tokens : tokens per forward/backward pass; batch_tokens / micro_batch_tokens
         micro-batches are accumulated per step (default: the whole batch in one pass).
-    schedule_file : a ``scalinfer.schedule/1`` JSON file (`scalinfer.train.schedule_file`): the
+    schedule_file : a ``scalinfer.schedule/1`` JSON file (`scalinfer.schedules.file`): the
         batch grows with tokens seen, and its ``lr`` section, if any, replaces the optimizer's
         peak, warmup, decay and ``total_tokens``.
     decay_points : stable-phase points (tokens > 1, fractions <= 1) from which a decay branch is

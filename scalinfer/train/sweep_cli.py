@@ -49,7 +49,7 @@ def _positive(text: str) -> float:
 def cmd_plan(args) -> int:
     from scalinfer._io import atomic_write_text
     from scalinfer.train.config import preset
-    from scalinfer.train.plan import PlanSpec, check_plan_configs, make_plan, parse_size
+    from scalinfer.sweep import PlanSpec, check_plan_configs, make_plan, parse_size
 
     base = preset(args.preset).model
     sizes = [parse_size(s, base) for spec in args.size for s in spec.split(",") if s.strip()]
@@ -77,7 +77,7 @@ def cmd_plan(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from scalinfer.train.sweep import load_sweep, merge, run_status, run_sweep
+    from scalinfer.sweep import load_sweep, merge, run_status, run_sweep
 
     if args.merge:
         if args.sweep or args.out:
@@ -85,7 +85,7 @@ def cmd_sweep(args) -> int:
         res = merge(args.merge)
         _report(res, sys.stderr)
         if args.export:
-            from scalinfer.train.sweep import export
+            from scalinfer.sweep import export
 
             copied = export(args.merge, args.export)
             print(f"exported {len(copied)} finished runs (no checkpoints) to {args.export}", file=sys.stderr)

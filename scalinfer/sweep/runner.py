@@ -1,0 +1,254 @@
+"""Running a sweep: workers that claim runs, train them, and merge after each (`run_sweep`, `run_one`).
+
+Workers are separate processes (each a fresh JAX process, ``python -m scalinfer.cli.sweep``) that walk
+the sweep in order and claim a run by taking an exclusive ``flock`` on ``runs/<run_id>/.lock``. The lock
+dies with its process, so a killed worker leaves its run unclaimed and half done: a re-run skips finished
+runs, resumes the interrupted one from its latest checkpoint (the trainer's exact resume) and adds no
+duplicate record, because the merge keys every record by run id. The same claims make ``--only`` and
+``--index`` safe to launch from any scheduler (one process per run, on many machines sharing ``DIR``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from scalinfer.errors import ScalinferError, TrainError
+from scalinfer.sweep.spec import Sweep, SweepRun, load_sweep
+from scalinfer.sweep.store import (
+    _ERROR, _RUN_INFO, _TABLE, SweepResult, _now, _recover_run_info, _run_info, merge, run_status,
+)
+from scalinfer.train.records import read_json, write_file
+
+__all__ = ["run_one", "worker_loop", "run_sweep", "run_worker"]
+
+
+@contextlib.contextmanager
+def _claim(directory: Path) -> Iterator[bool]:
+    """Try to take the run's lock without waiting; yields whether this process holds it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fh = open(directory / ".lock", "a+")
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        fh.truncate(0)  # who holds it, for people (the lock itself is the flock, released at exit)
+        fh.write(f"{os.getpid()} {platform.node()} {_now()}\n")
+        fh.flush()
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+    finally:
+        fh.close()
+
+
+def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = False,
+            log=sys.stderr, skip_failed_since: float | None = None) -> str:
+    """Run (or resume) one configuration of a sweep in this process, if no other process holds it.
+
+    Returns ``done`` (finished now or before), ``busy`` (another process holds its claim), ``failed``
+    (the trainer raised: the message goes to ``runs/<run_id>/error.txt`` and the run stays resumable)
+    or ``stopped`` (``stop_after_steps`` ended it early, with a checkpoint). Diverged runs are
+    ``done``: the trainer records them as censored observations. With ``skip_failed_since`` (a
+    ``time.time()``), a run that already failed after that moment is not tried again (``failed``): the
+    workers of one sweep invocation try a failing run once, the next invocation retries it.
+    """
+    from scalinfer.train.loop import train
+
+    d = run.directory(out)
+    if run_status(run, out).state == "done":
+        _recover_run_info(run, d)
+        return "done"
+    err = d / _ERROR
+    if skip_failed_since is not None and err.exists() and err.stat().st_mtime >= skip_failed_since:
+        return "failed"
+    with _claim(d) as held:
+        if not held:
+            return "busy"
+        if run_status(run, out).state == "done":  # finished by another process while we waited
+            return "done"
+        (d / _ERROR).unlink(missing_ok=True)
+        started, t0 = _now(), time.perf_counter()
+        print(f"[sweep] {run.index}: {run.name} ({run.run_id}) started", file=log, flush=True)
+        try:
+            records = train(run.config, d)
+        except Exception as e:  # noqa: BLE001 - recorded, reported, and resumable
+            msg = f"{type(e).__name__}: {e}".splitlines()[0]
+            write_file(d / _ERROR, msg + "\n\n" + traceback.format_exc(), "the error report",
+                       f"the run failed with {msg}")
+            print(f"[sweep] {run.index}: {run.name} failed: {msg}", file=log, flush=True)
+            return "failed"
+        wall = time.perf_counter() - t0
+        if not records:
+            print(f"[sweep] {run.index}: {run.name} stopped early (stop_after_steps); resumable",
+                  file=log, flush=True)
+            return "stopped"
+        info_path = d / _RUN_INFO
+        previous = read_json(info_path, "the sweep's record of the run's earlier attempts",
+                             f"the run finished and its records are in {d / _TABLE}; delete the file and the next "
+                             f"`scalinfer sweep` of this file writes a recovered one") if info_path.exists() else {}
+        # a resumed run adds this attempt to the earlier ones (a recovered file's unknowns count as none)
+        info = _run_info(run, records, started=previous.get("started") or started, finished=_now(),
+                         wall_s=round((previous.get("wall_s") or 0.0) + wall, 3),
+                         attempts=(previous.get("attempts") or 0) + 1, host=platform.node(), pid=os.getpid())
+        write_file(info_path, json.dumps(info, indent=2) + "\n", "the sweep's record of the run",
+                   f"the run finished and its records are in {d / _TABLE} (merged with the others), but this "
+                   f"attempt's wall time and host are not recorded; the next `scalinfer sweep` of this file "
+                   f"writes a recovered one (until then `export` leaves the run out): fix the cause (a full "
+                   f"disk?)")
+        if delete_checkpoints:
+            for sub in ("checkpoints", "stable"):
+                shutil.rmtree(d / sub, ignore_errors=True)
+        losses = ", ".join("diverged" if r.get("diverged") else f"{r['loss']:.4f}" for r in records)
+        print(f"[sweep] {run.index}: {run.name} done in {wall:.1f} s (loss {losses})", file=log, flush=True)
+    return "done"
+
+
+def worker_loop(sweep: Sweep, out: str | os.PathLike, runs: Sequence[SweepRun] | None = None,
+                delete_checkpoints: bool = False, log=sys.stderr, since: float | None = None) -> dict[str, str]:
+    """Claim and run the sweep's unfinished runs one after another (in this process); merge after each.
+
+    Returns run name -> outcome (see `run_one`) for every run this worker touched or found busy.
+    """
+    outcomes: dict[str, str] = {}
+    for run in runs if runs is not None else sweep.runs:
+        outcome = run_one(run, out, delete_checkpoints, log, skip_failed_since=since)
+        outcomes[run.name] = outcome
+        if outcome in ("done", "failed", "stopped"):
+            merge(out, sweep)
+    return outcomes
+
+
+def _install_sweep_file(sweep: Sweep, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "sweep.toml"
+    if sweep.text and (not target.exists() or target.read_text() != sweep.text):
+        write_file(target, sweep.text, "the sweep file's copy", "nothing was run: fix the cause (a full disk? a "
+                   "read-only folder?) and rerun")
+
+
+def run_sweep(path: str | os.PathLike, out: str | os.PathLike, workers: int = 1, only: str | None = None,
+              index: int | None = None, delete_checkpoints: bool = False, log=sys.stderr) -> SweepResult:
+    """Run a sweep file into folder ``out`` (see the module docstring) and merge the results.
+
+    Parameters
+    ----------
+    path : the sweep TOML file.
+    out : the sweep folder (created; reused to resume).
+    workers : parallel worker processes, each a fresh JAX process claiming runs in order.
+    only : run just the run with this run id or name, in this process (for schedulers).
+    index : run just the run at this 0-based position, in this process (e.g. ``$SLURM_ARRAY_TASK_ID``).
+    delete_checkpoints : remove a run's checkpoints once all its records are written.
+
+    Returns
+    -------
+    SweepResult : the merged table, each run's state, and workers that died.
+    """
+    sweep = load_sweep(path)
+    out = Path(out)
+    if workers < 1:
+        raise TrainError(f"--workers must be >= 1 (got {workers})")
+    if only is not None and index is not None:
+        raise TrainError("give either --only or --index, not both")
+    _install_sweep_file(sweep, out)
+    if only is not None or index is not None:
+        if index is not None and not 0 <= index < len(sweep.runs):
+            raise TrainError(f"--index {index} is outside the sweep's runs 0..{len(sweep.runs) - 1}")
+        run = sweep.find(only) if only is not None else sweep.runs[index]
+        outcome = run_one(run, out, delete_checkpoints, log)
+        if outcome == "busy":
+            raise TrainError(f"run {run.name} ({run.run_id}) is being run by another process (its lock "
+                             f"{run.directory(out) / '.lock'} is held)")
+        return merge(out, sweep)
+
+    pending = [r for r in sweep.runs if run_status(r, out).state != "done"]
+    failures: list[str] = []
+    if pending:
+        n = min(workers, len(pending))
+        cmd = [sys.executable, "-m", "scalinfer.cli.sweep", "--sweep", str(out / "sweep.toml"),
+               "--out", str(out), "--since", repr(time.time())]
+        cmd += ["--delete-checkpoints"] if delete_checkpoints else []
+        print(f"[sweep] {sweep.name}: {len(pending)} of {len(sweep.runs)} runs to do, {n} worker(s)",
+              file=log, flush=True)
+        procs = [subprocess.Popen(cmd + ["--worker-id", str(k)], stderr=subprocess.PIPE, text=True, bufsize=1)
+                 for k in range(n)]
+        try:
+            _relay(procs, out / "logs", log)
+        except KeyboardInterrupt:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGINT)
+            for p in procs:
+                p.wait()
+            raise
+        for k, p in enumerate(procs):
+            if p.returncode < 0:
+                failures.append(f"worker {k} (pid {p.pid}) was killed by signal {-p.returncode}")
+            elif p.returncode not in (0, 3):
+                failures.append(f"worker {k} (pid {p.pid}) exited with code {p.returncode}")
+    res = merge(out, sweep)
+    return dataclasses.replace(res, worker_failures=tuple(failures))
+
+
+def _relay(procs: list[subprocess.Popen], log_dir: Path, log) -> None:
+    """Append each worker's stderr to ``log_dir/worker-K.log`` and copy its ``[sweep]`` lines to ``log``,
+    until every worker exits."""
+    import selectors
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    files = [open(log_dir / f"worker-{k}.log", "a") for k in range(len(procs))]
+    sel = selectors.DefaultSelector()
+    for k, p in enumerate(procs):
+        sel.register(p.stderr, selectors.EVENT_READ, k)
+    open_streams = len(procs)
+    try:
+        while open_streams:
+            for key, _ in sel.select():
+                line = key.fileobj.readline()
+                if not line:
+                    sel.unregister(key.fileobj)
+                    open_streams -= 1
+                    continue
+                files[key.data].write(line)
+                files[key.data].flush()
+                if line.startswith("[sweep]"):
+                    print(f"[w{key.data}] {line}", end="", file=log, flush=True)
+    finally:
+        for f in files:
+            f.close()
+        for p in procs:
+            p.wait()
+
+
+def run_worker(sweep_path: str | os.PathLike, out: str | os.PathLike, worker_id: int = 0,
+               delete_checkpoints: bool = False, since: float | None = None) -> int:
+    """One worker process's work (``python -m scalinfer.cli.sweep`` parses its arguments): load the sweep file
+    and `worker_loop` over its runs in folder ``out``.
+
+    Returns the worker's exit code: 0 when every run it touched is done (or busy in another worker), 3 when
+    some failed or stopped, 2 on a bad sweep file (reported as a ``[sweep]`` line on stderr), 130 on Ctrl-C.
+    """
+    try:
+        sweep = load_sweep(sweep_path)
+        outcomes = worker_loop(sweep, out, delete_checkpoints=delete_checkpoints, since=since)
+    except ScalinferError as e:
+        print(f"[sweep] worker {worker_id}: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0 if all(v == "done" or v == "busy" for v in outcomes.values()) else 3
