@@ -20,36 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Sequence
 
+from scalinfer.cli._args import PRESET_NAMES, ints, positive
 from scalinfer.errors import TrainError
 
-__all__ = ["register", "cmd_plan", "cmd_sweep"]
+__all__ = ["register", "cmd_plan", "cmd_sweep", "worker_main"]
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(float(t)) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
-    if not vals or min(vals) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected positive integers")
-    return vals
-
-
-def _positive(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive finite number")
-    return v
-
-
-def cmd_plan(args) -> int:
+def cmd_plan(args: argparse.Namespace) -> int:
     from scalinfer._io import atomic_write_text
-    from scalinfer.train.config import preset
     from scalinfer.sweep import PlanSpec, check_plan_configs, make_plan, parse_size
+    from scalinfer.train.config import preset
 
     base = preset(args.preset).model
     sizes = [parse_size(s, base) for spec in args.size for s in spec.split(",") if s.strip()]
@@ -76,8 +58,8 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def cmd_sweep(args) -> int:
-    from scalinfer.sweep import load_sweep, merge, run_status, run_sweep
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from scalinfer.sweep import export, load_sweep, merge, run_status, run_sweep
 
     if args.merge:
         if args.sweep or args.out:
@@ -85,8 +67,6 @@ def cmd_sweep(args) -> int:
         res = merge(args.merge)
         _report(res, sys.stderr)
         if args.export:
-            from scalinfer.sweep import export
-
             copied = export(args.merge, args.export)
             print(f"exported {len(copied)} finished runs (no checkpoints) to {args.export}", file=sys.stderr)
         return 0 if res.complete or not res.status else 1
@@ -129,33 +109,31 @@ def _report(res, stream, one: bool = False) -> None:
 
 
 def register(subparsers) -> None:
-    """Add the ``plan`` and ``sweep`` subcommands."""
-    from scalinfer.train.config import PRESETS
-
+    """Add ``plan`` and ``sweep``."""
     p = subparsers.add_parser("plan", help="design a calibration sweep (sizes x LRs x decay branches) and price it",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", action="append", required=True, metavar="SIZE",
                    help="a model size: preset (cal-s), shape (d64l2, d64l2h4, d48l2-dense) or N (2e5); "
                         "repeat or comma-separate")
     p.add_argument("--dense", action="append", metavar="SIZE", help="also plan the dense counterpart of SIZE")
-    p.add_argument("--target-N", dest="target_N", type=_positive, required=True,
+    p.add_argument("--target-N", dest="target_N", type=positive, required=True,
                    help="target non-embedding parameters")
-    p.add_argument("--target-D", dest="target_D", type=_positive, required=True, help="target training tokens")
-    p.add_argument("--budget", type=_positive, help="FLOPs the whole sweep may cost")
+    p.add_argument("--target-D", dest="target_D", type=positive, required=True, help="target training tokens")
+    p.add_argument("--budget", type=positive, help="FLOPs the whole sweep may cost")
     p.add_argument("--prior", default="steplaw",
                    help="law centring the LR grids: steplaw, deepseek, zhou2026, or a fit file (default steplaw)")
-    p.add_argument("--lr-scale", type=_positive, default=1.0, help="multiply the prior's LR (default 1)")
+    p.add_argument("--lr-scale", type=positive, default=1.0, help="multiply the prior's LR (default 1)")
     p.add_argument("--lrs", type=int, default=6, help="C_eta: learning rates per size (default 6)")
-    p.add_argument("--lr-factor", type=_positive, default=2.0, help="ratio of neighbouring LRs (default 2)")
+    p.add_argument("--lr-factor", type=positive, default=2.0, help="ratio of neighbouring LRs (default 2)")
     p.add_argument("--decays", type=int, default=3, help="C_D: decay branches per run (default 3)")
-    p.add_argument("--batches", type=_ints, help="batch sizes in tokens, comma-separated")
+    p.add_argument("--batches", type=ints, help="batch sizes in tokens, comma-separated")
     p.add_argument("--batch-count", type=int, default=1,
                    help="without --batches: this many batch sizes around the prior's B* (default 1)")
-    p.add_argument("--tokens", type=_positive, help="tokens per main run (D_max), the same for every size")
-    p.add_argument("--tokens-per-param", type=_positive,
+    p.add_argument("--tokens", type=positive, help="tokens per main run (D_max), the same for every size")
+    p.add_argument("--tokens-per-param", type=positive,
                    help="D_max / N_total per size (default: the target's D / N)")
     p.add_argument("--eval-tokens", type=int, help="held-out tokens of each final evaluation")
-    p.add_argument("--preset", default="cal-xs", choices=sorted(PRESETS), help="trainer defaults (default cal-xs)")
+    p.add_argument("--preset", default="cal-xs", choices=sorted(PRESET_NAMES), help="trainer defaults (default cal-xs)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name", default="calibration", help="the sweep's name")
     p.add_argument("-o", "--output", metavar="SWEEP.toml", help="write the sweep file")
@@ -175,3 +153,23 @@ def register(subparsers) -> None:
     s.add_argument("--delete-checkpoints", action="store_true",
                    help="delete a run's checkpoints once all its records are written")
     s.set_defaults(func=cmd_sweep)
+
+
+def worker_main(argv: Sequence[str] | None = None) -> int:
+    """``python -m scalinfer.cli.sweep --sweep FILE --out DIR [--worker-id K] [--delete-checkpoints]
+    [--since T]``: one of the worker processes `scalinfer.sweep.run_sweep` starts. The work and the exit code
+    are `scalinfer.sweep.run_worker`'s."""
+    p = argparse.ArgumentParser(prog="python -m scalinfer.cli.sweep")
+    p.add_argument("--sweep", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--worker-id", type=int, default=0)
+    p.add_argument("--delete-checkpoints", action="store_true")
+    p.add_argument("--since", type=float, default=None, help="do not retry runs that failed after this time")
+    args = p.parse_args(argv)
+    from scalinfer.sweep import run_worker
+
+    return run_worker(args.sweep, args.out, args.worker_id, args.delete_checkpoints, args.since)
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())

@@ -14,35 +14,17 @@ import argparse
 import json
 import sys
 
-from scalinfer.errors import ScalinferError
+from scalinfer.cli._args import PRESET_NAMES
 
-__all__ = ["register", "run", "main"]
-
-
-def register(subparsers) -> argparse.ArgumentParser:
-    """Add the ``train`` subcommand to an ``argparse`` subparsers object."""
-    from scalinfer.train.config import PRESETS
-
-    p = subparsers.add_parser(
-        "train", help="train a (MoE) calibration model and append its runs to a run table",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("overrides", nargs="*", metavar="key=value",
-                   help="config overrides, e.g. optimizer.lr=1e-3 model.d_model=96 decay_points=[0.5]")
-    p.add_argument("--config", metavar="FILE.toml", help="TOML configuration file")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="output folder (checkpoints, metrics.jsonl, runs.jsonl); reused to resume")
-    p.add_argument("--preset", metavar="NAME", choices=sorted(PRESETS),
-                   help=f"named defaults: {', '.join(PRESETS)} (default tiny)")
-    p.add_argument("--dry-run", action="store_true", help="print the resolved config and plan, do not train")
-    p.set_defaults(func=run)
-    return p
+__all__ = ["register", "cmd_train"]
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the ``train`` subcommand; returns the exit code."""
+def cmd_train(args: argparse.Namespace) -> int:
+    # no `configure_runtime` here: `train` sets up JAX itself, from its configuration (multihost)
     from scalinfer.train.config import config_to_dict, load_config
-    from scalinfer.train.loop import make_plan, run_id_of, train
+    from scalinfer.train.loop import run_id_of, train
     from scalinfer.train.model import flops_per_token, param_counts
+    from scalinfer.train.token_plan import make_plan
 
     cfg = load_config(args.config, args.overrides, args.preset)
     if args.dry_run:
@@ -68,17 +50,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point (``python -m scalinfer.train.cli``)."""
-    parser = argparse.ArgumentParser(prog="scalinfer")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["train", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return args.func(args)
-    except ScalinferError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def register(subparsers) -> None:
+    """Add ``train``."""
+    p = subparsers.add_parser(
+        "train", help="train a (MoE) calibration model and append its runs to a run table",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("overrides", nargs="*", metavar="key=value",
+                   help="config overrides, e.g. optimizer.lr=1e-3 model.d_model=96 decay_points=[0.5]")
+    p.add_argument("--config", metavar="FILE.toml", help="TOML configuration file")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output folder (checkpoints, metrics.jsonl, runs.jsonl); reused to resume")
+    p.add_argument("--preset", metavar="NAME", choices=sorted(PRESET_NAMES),
+                   help=f"named defaults: {', '.join(PRESET_NAMES)} (default tiny)")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved config and plan, do not train")
+    p.set_defaults(func=cmd_train)

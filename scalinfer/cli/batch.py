@@ -1,4 +1,4 @@
-"""Batch-size subcommands of the `scalinfer` command line (registered through `cli._EXTENSIONS`).
+"""``scalinfer compare`` and ``schedule``: rank fits by PSIS-LOO; a batch-size schedule from a fit.
 
     scalinfer compare FIT1.nc FIT2.nc ... [--json]
     scalinfer schedule FIT.nc --N X --D Y [--max-batch B] [--every TOKENS] [--lr PEAK]
@@ -6,45 +6,22 @@
 
 ``compare`` ranks fits of the same data by PSIS-LOO (`scalinfer.inference.compare.compare_fits`) and
 refuses fits of different data. ``schedule`` builds a batch-size schedule that follows B_opt along the run
-(`scalinfer.schedules.batch.batch_schedule`) and writes it, with its WSD learning-rate schedule, in the trainer's
-file format (``scalinfer.schedule/1``).
+(`scalinfer.schedules.batch.batch_schedule`) and writes it, with its WSD learning-rate schedule, in the
+trainer's file format (``scalinfer.schedule/1``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
-from typing import Any
 
+from scalinfer.cli._args import DECAY_SHAPES, count, positive, print_json
 
 __all__ = ["register", "cmd_compare", "cmd_schedule"]
 
 
-def _positive(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive finite number")
-    return v
-
-
-def _count(text: str) -> int:
-    v = _positive(text)
-    if v != int(v):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number")
-    return int(v)
-
-
-def _print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, allow_nan=False, default=str)
-    sys.stdout.write("\n")
-
-
-def cmd_compare(args) -> int:
+def cmd_compare(args: argparse.Namespace) -> int:
     from scalinfer.inference.compare import compare_fits, loo_table
 
     names = {}
@@ -55,7 +32,7 @@ def cmd_compare(args) -> int:
     if args.json:
         rows = [{"fit": k, **{c: (v.item() if hasattr(v, "item") else v) for c, v in r.items()}}
                 for k, r in table.iterrows()]
-        _print_json({"comparison": rows, "criterion": "PSIS-LOO elpd (higher is better)"})
+        print_json({"comparison": rows, "criterion": "PSIS-LOO elpd (higher is better)"})
         return 0
     print(loo_table(table))
     bad = table[table["bad_k"] > 0]
@@ -65,7 +42,7 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def cmd_schedule(args) -> int:
+def cmd_schedule(args: argparse.Namespace) -> int:
     from scalinfer.inference import load_fit
     from scalinfer.schedules.batch import batch_schedule, write_schedule
 
@@ -82,7 +59,7 @@ def cmd_schedule(args) -> int:
         path = plot(f, "batch-schedule", output=args.plot, schedule=sched)
         print(f"wrote {path}", file=sys.stderr)
     if args.json:
-        _print_json(sched.to_dict())
+        print_json(sched.to_dict())
         return 0
     print(f"batch schedule for N = {sched.N:.4g}, D = {sched.D:.4g} tokens ({sched.model})")
     print(f"{'from_tokens':>12} {'to_tokens':>12} {'exp. loss':>9} {'B_min':>10} {'B_opt':>10} {'batch':>10}")
@@ -94,14 +71,15 @@ def cmd_schedule(args) -> int:
     if sched.lr:
         lr = sched.lr
         print(f"lr: peak {lr['peak']:g}, warmup {lr['warmup_tokens']:.4g} tokens, {lr['decay_shape']} decay from "
-              f"{lr['decay_start_tokens']:.4g} to {lr['total_tokens']:.4g} tokens (final {lr['final_fraction']:g} x peak)")
+              f"{lr['decay_start_tokens']:.4g} to {lr['total_tokens']:.4g} tokens "
+              f"(final {lr['final_fraction']:g} x peak)")
     for w in sched.warnings:
         print(f"warning: {w}")
     return 0
 
 
 def register(subparsers) -> None:
-    """Add ``compare`` and ``schedule`` to the `scalinfer` command line."""
+    """Add ``compare`` and ``schedule``."""
     s = subparsers.add_parser("compare", help="rank fits of the same data by PSIS-LOO")
     s.add_argument("fits", nargs="+", metavar="FIT", help="fit files (netCDF) of the same data")
     s.add_argument("--json", action="store_true")
@@ -109,22 +87,18 @@ def register(subparsers) -> None:
 
     s = subparsers.add_parser("schedule", help="a batch-size (and WSD LR) schedule that follows B_opt along a run")
     s.add_argument("fit", help="a batch-floor or batch-wsd fit file")
-    s.add_argument("--N", type=_positive, required=True, help="parameters of the run (as the fit counts them)")
-    s.add_argument("--D", type=_positive, required=True, help="training tokens of the run")
-    s.add_argument("--max-batch", type=_positive, default=None, help="largest batch the hardware takes (tokens)")
-    s.add_argument("--every", type=_positive, default=None,
+    s.add_argument("--N", type=positive, required=True, help="parameters of the run (as the fit counts them)")
+    s.add_argument("--D", type=positive, required=True, help="training tokens of the run")
+    s.add_argument("--max-batch", type=positive, default=None, help="largest batch the hardware takes (tokens)")
+    s.add_argument("--every", type=positive, default=None,
                    help="tokens between batch changes (default: an eighth of the stable phase)")
-    s.add_argument("--lr", type=_positive, default=None,
+    s.add_argument("--lr", type=positive, default=None,
                    help="peak learning rate (default: the fitted runs' LR if they share one)")
-    s.add_argument("--multiple-of", type=_count, default=1, help="round batches to a multiple of this (tokens)")
+    s.add_argument("--multiple-of", type=count, default=1, help="round batches to a multiple of this (tokens)")
     s.add_argument("--warmup-fraction", type=float, default=0.01, help="LR warmup as a fraction of D (0.01)")
     s.add_argument("--decay-fraction", type=float, default=0.2, help="LR decay as a fraction of D (0.2)")
-    s.add_argument("--decay-shape", default="linear", choices=("linear", "cosine", "1-sqrt"))
+    s.add_argument("--decay-shape", default="linear", choices=DECAY_SHAPES)
     s.add_argument("--plot", default=None, help="also save a figure of the schedule (PNG, PDF...)")
     s.add_argument("--json", action="store_true")
     s.add_argument("-o", "--output", default=None, help="write the schedule file the trainer reads (JSON)")
     s.set_defaults(func=cmd_schedule)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit("use `scalinfer compare` / `scalinfer schedule`")

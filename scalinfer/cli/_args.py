@@ -1,0 +1,118 @@
+"""Argument helpers shared by the command modules: value parsers, the names offered as choices, JSON output.
+
+Nothing here imports numpy, pandas, JAX or any other heavy library at import time: the parser is built from
+these before a command runs, and ``scalinfer --help`` must not pay for what no command has asked for yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+__all__ = ["MODEL_NAMES", "FORMAT_NAMES", "PLOT_KINDS", "PRESET_NAMES", "DECAY_SHAPES", "BASELINES",
+           "floats", "range_or_floats", "positive", "count", "ints", "quiet", "print_json"]
+
+# The names the parser offers. Each has one home in the library (the module named beside it); the copies
+# here keep parser-building free of the imports those modules need, and tests/test_cli_speed.py checks that
+# they match.
+#: `scalinfer.models.MODEL_NAMES`
+MODEL_NAMES = ("chinchilla", "surface", "classic", "batch-openai", "batch-wsd", "batch-floor")
+#: the keys of `scalinfer.runs.formats.FORMATS`
+FORMAT_NAMES = ("csv", "parquet", "jsonl", "steplaw", "steplaw-moe", "zhang2024", "gemstones", "gadre2024",
+                "chinchilla", "misfitting", "porian")
+#: the keys of `scalinfer.plots.kinds()`
+PLOT_KINDS = ("batch-curves", "batch-law", "batch-schedule", "batch-sizes", "batch-steps", "batch-valley",
+              "batch-vs-N", "chinchilla-ppc", "loss-vs-D", "loss-vs-N", "lr-law", "lr-valley", "ppc", "rank",
+              "trace")
+#: the keys of `scalinfer.train.config.PRESETS`
+PRESET_NAMES = ("tiny", "tiny-dense", "cal-xs", "cal-xs-dense", "cal-s", "cal-s-dense", "cal-m", "cal-m-dense",
+                "cal-l", "cal-l-dense")
+#: the WSD schedule's decay shapes (`DECAY_SHAPES` of the schedule modules)
+DECAY_SHAPES = ("linear", "cosine", "1-sqrt")
+#: ``--baseline`` name -> the key of `scalinfer.laws.BASELINES`
+BASELINES = {"steplaw": "step_law", "deepseek": "deepseek_llm", "zhou2026": "zhou2026"}
+
+
+# ---- value parsers (argparse ``type=``) ----------------------------------------------------------------------
+def floats(text: str) -> float | list[float]:
+    """'1e9' -> 1e9; '1e9,2e9' -> [1e9, 2e9]; each value positive and finite."""
+    try:
+        vals = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or a comma-separated list of numbers")
+    if not vals or not all(math.isfinite(v) and v > 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected positive finite number(s)")
+    return vals[0] if len(vals) == 1 else vals
+
+
+def range_or_floats(text: str) -> float | list[float]:
+    """'LO:HI:K' -> K log-spaced values from LO to HI (for ``--grid``); else as `floats`."""
+    if ":" in text:
+        try:
+            lo, hi, k = text.split(":")
+            lo, hi, k = float(lo), float(hi), int(k)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: a range is LO:HI:COUNT, e.g. 1e8:1e10:5")
+        if not (lo > 0 and hi > 0 and k >= 1):
+            raise argparse.ArgumentTypeError(f"{text!r}: LO and HI must be positive and COUNT >= 1")
+        import numpy as np
+
+        return list(np.geomspace(lo, hi, k))
+    return floats(text)
+
+
+def positive(text: str) -> float:
+    """A positive finite number."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive finite number")
+    return v
+
+
+def count(text: str) -> int:
+    """A positive whole number ('4096', '4.096e3')."""
+    v = positive(text)
+    if v != int(v):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number")
+    return int(v)
+
+
+def ints(text: str) -> tuple[int, ...]:
+    """'512,1024' -> (512, 1024); each value a positive integer."""
+    try:
+        vals = tuple(int(float(t)) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not vals or min(vals) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected positive integers")
+    return vals
+
+
+# ---- output --------------------------------------------------------------------------------
+def quiet() -> bool:
+    """Progress bars only when stderr is a terminal."""
+    return not sys.stderr.isatty()
+
+
+def print_json(obj: Any) -> None:
+    """`obj` as indented JSON on stdout. JSON has no NaN or infinity: a number that is not finite (the R-hat
+    of a one-chain fit) is written as null, as `scalinfer.predict.Prediction.to_dict` writes it."""
+    json.dump(_finite(obj), sys.stdout, indent=2, allow_nan=False, default=str)
+    sys.stdout.write("\n")
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+

@@ -1,0 +1,163 @@
+"""``scalinfer summary``, ``predict`` and ``plot``: read a saved fit.
+
+    scalinfer summary FIT.nc [--json]
+    scalinfer predict FIT.nc --N X --D Y [--ci 0.9] [--lr A --batch B] [--target-loss L] [--grid] [--json]
+    scalinfer predict --baseline steplaw|deepseek|zhou2026 --N X --D Y [--json]
+    scalinfer plot FIT.nc KIND -o FILE
+
+None of these starts the trainer; ``summary`` and ``predict`` import only what reading the fit file and the
+model's predictions need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from scalinfer.cli._args import BASELINES, PLOT_KINDS, floats, print_json, range_or_floats
+from scalinfer.errors import ScalinferError
+
+__all__ = ["register", "cmd_summary", "cmd_predict", "cmd_plot"]
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    from scalinfer.inference import load_fit
+
+    f = load_fit(args.fit)
+    s = f.summary_dict()
+    if args.json:
+        s.pop("parameters")
+        print_json(s)
+        return 0
+    print(f"model {s['model']} ({s['method']}), {s['n_runs']} runs, {s['divergences']} divergences")
+    print(f"{'parameter':>12} {'mean':>11} {'sd':>10} {'q05':>11} {'q50':>11} {'q95':>11} {'r_hat':>7} {'ess_bulk':>9}")
+    for k, v in s["parameters"].items():
+        print(f"{k:>12} {v['mean']:>11.4g} {v['sd']:>10.3g} {v['q05']:>11.4g} {v['q50']:>11.4g} {v['q95']:>11.4g} "
+              f"{v['r_hat']:>7.3f} {v['ess_bulk']:>9.0f}")
+    for w in s["warnings"]:
+        print(f"warning: {w}")
+    return 0
+
+
+def _baseline(args: argparse.Namespace) -> dict[str, Any]:
+    from scalinfer.laws import BASELINES as LAWS
+
+    if args.baseline not in BASELINES or BASELINES[args.baseline] not in LAWS:
+        raise ScalinferError(f"unknown baseline {args.baseline!r} (one of: {', '.join(BASELINES)})")
+    if args.N is None or args.D is None:
+        raise ScalinferError("--baseline needs --N and --D")
+    import numpy as np
+
+    lr_fn, batch_fn = LAWS[BASELINES[args.baseline]]
+    out: dict[str, Any] = {"baseline": args.baseline}
+    lr = float(np.asarray(lr_fn(args.N, args.D)))
+    out["lr_opt"] = {"median": lr, "lo": lr, "hi": lr}
+    if batch_fn is not None:
+        b = float(np.asarray(batch_fn(args.N, args.D)))
+        out["batch_opt"] = {"median": b, "lo": b, "hi": b}
+    out["warnings"] = ["a closed-form peer law: a point value with no uncertainty"]
+    return out
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    if args.baseline:
+        out = _baseline(args)
+        if args.json:
+            print_json(out)
+        else:
+            for k, v in out.items():
+                print(f"{k}: {v['median']:.4g}" if isinstance(v, dict) else f"{k}: {v}")
+        return 0
+    if not args.fit:
+        raise ScalinferError("predict needs a fit file (or --baseline)")
+    import numpy as np
+
+    from scalinfer.inference import load_fit
+
+    f = load_fit(args.fit)
+    given = {"N": args.N, "D": args.D, "C": args.C, "lr": args.lr, "batch": args.batch,
+             "target_loss": args.target_loss}
+    given = {k: v for k, v in given.items() if v is not None}
+    unknown = [k for k in given if k not in f.model.targets]
+    if unknown:
+        raise ScalinferError(f"model {f.model.name!r} does not take {_flags(unknown)} "
+                             f"(it takes {_flags(f.model.targets)})")
+    if args.grid:
+        axes = [k for k in ("N", "D") if k in given]
+        mesh = np.meshgrid(*[np.atleast_1d(given[k]) for k in axes], indexing="ij")
+        given.update({k: m for k, m in zip(axes, mesh)})
+    else:
+        multi = [k for k, v in given.items() if isinstance(v, list) and k != "batch"]
+        if multi:
+            raise ScalinferError(f"--{multi[0].replace('_', '-')} has several values: add --grid for a table")
+    pred = f.predict(ci=args.ci, **given)
+    if args.grid:
+        table = pred.to_frame()
+        if args.json:
+            print_json({"grid": json.loads(table.to_json(orient="records")), "ci": args.ci,
+                        "warnings": list(pred.warnings)})
+        else:
+            print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        return 0
+    out = pred.to_dict()
+    if args.json:
+        print_json(out)
+        return 0
+    for k, v in out.items():
+        if isinstance(v, dict) and "median" in v:
+            unit = pred.units.get(k, "")
+            print(f"{k:>18}: {_fmt(v['median'])}  [{_fmt(v['lo'])}, {_fmt(v['hi'])}]  {unit}")
+    print(f"{'extrapolation':>18}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in out["extrapolation"].items()))
+    for w in out["warnings"]:
+        print(f"warning: {w}")
+    return 0
+
+
+def _flags(names) -> str:
+    return ", ".join("--" + k.replace("_", "-") for k in names)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, list):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+    return "nan" if v is None else f"{v:.4g}"
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from scalinfer.inference import load_fit
+    from scalinfer.plots import plot
+
+    f = load_fit(args.fit)
+    path = plot(f, args.kind, output=args.output)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``summary``, ``predict`` and ``plot``."""
+    s = subparsers.add_parser("summary", help="posterior summary and diagnostics of a fit")
+    s.add_argument("fit")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_summary)
+
+    s = subparsers.add_parser("predict", help="posterior predictions at a target scale")
+    s.add_argument("fit", nargs="?", help="fit file (not needed with --baseline)")
+    s.add_argument("--N", type=range_or_floats, help="target parameters (non-embedding); LO:HI:K with --grid")
+    s.add_argument("--D", type=range_or_floats, help="target training tokens; LO:HI:K with --grid")
+    s.add_argument("--C", type=floats, help="compute budget in FLOPs (chinchilla: compute-optimal N, D)")
+    s.add_argument("--lr", type=floats, help="a proposed peak learning rate: also predict its loss")
+    s.add_argument("--batch", type=floats, help="batch size(s) in tokens (comma-separated)")
+    s.add_argument("--target-loss", type=floats, help="target loss in nats/token (batch models)")
+    s.add_argument("--ci", type=float, default=0.9, help="credible mass of the intervals (default 0.9)")
+    s.add_argument("--grid", action="store_true", help="a table over the ranges given to --N and --D")
+    s.add_argument("--baseline", default=None, help=f"a closed-form peer law: {', '.join(BASELINES)}")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_predict)
+
+    s = subparsers.add_parser("plot", help="save a figure of a fit")
+    s.add_argument("fit")
+    s.add_argument("kind", help=f"figure kind, one of {', '.join(PLOT_KINDS)}")
+    s.add_argument("-o", "--output", required=True)
+    s.set_defaults(func=cmd_plot)

@@ -1,0 +1,67 @@
+"""The command line starts light: building the parser imports no heavy library, and reading a fit file does
+not import the trainer. (The times themselves are benchmarks/cli_speed.py's.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from scalinfer.cli import _args
+
+HEAVY = ("jax", "numpyro", "orbax", "numpy", "pandas", "xarray", "arviz_base", "arviz_stats", "matplotlib",
+         "scalinfer.train")
+
+
+def _imported(*code: str) -> set[str]:
+    """The packages a fresh interpreter imports running `code` (``-X importtime``): top-level names, and
+    ``scalinfer.X`` for scalinfer's subpackages."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "; ".join(code)], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = set()
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            parts = line.rsplit("|", 1)[1].strip().split(".")
+            names.add(".".join(parts[:2]) if parts[0] == "scalinfer" else parts[0])
+    return names
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["fit", "--help"], ["predict", "--help"], ["plot", "--help"],
+                                  ["train", "--help"], ["sweep", "--help"], ["schedule", "--help"]])
+def test_help_imports_nothing_heavy(argv):
+    code = f"from scalinfer.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass"
+    heavy = _imported(code) & set(HEAVY)
+    assert not heavy, f"scalinfer {' '.join(argv)} imports {sorted(heavy)}"
+
+
+def test_summary_and_predict_do_not_import_the_trainer(tmp_path):
+    # a fit file of the smallest kind: a chinchilla MAP fit of the bundled simulated table
+    fit = tmp_path / "fit.nc"
+    code = ("from scalinfer.cli import main",
+            f"assert main(['fit', {str(ROOT / 'data' / 'simulated_chinchilla.csv')!r}, '--model', 'chinchilla', "
+            f"'--method', 'map', '-o', {str(fit)!r}]) == 0")
+    proc = subprocess.run([sys.executable, "-c", "; ".join(code)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for argv in (["summary", str(fit), "--json"], ["predict", str(fit), "--N", "1e10", "--D", "2e11", "--json"]):
+        names = _imported("from scalinfer.cli import main", f"assert main({argv!r}) == 0")
+        assert not names & {"orbax", "scalinfer.train", "matplotlib", "optax"}, (argv, sorted(names))
+
+
+def test_the_parsers_names_are_the_librarys():
+    """The choices the parser offers without importing the library are the library's own."""
+    from scalinfer.models import MODEL_NAMES
+    from scalinfer.plots import kinds
+    from scalinfer.runs.formats import FORMATS
+    from scalinfer.schedules.wsd import DECAY_SHAPES
+    from scalinfer.train.config import PRESETS
+    from scalinfer.laws import BASELINES
+
+    assert _args.MODEL_NAMES == MODEL_NAMES
+    assert _args.FORMAT_NAMES == tuple(FORMATS)
+    assert set(_args.PLOT_KINDS) == set(kinds())
+    assert _args.PRESET_NAMES == tuple(PRESETS)
+    assert _args.DECAY_SHAPES == tuple(DECAY_SHAPES)
+    assert set(_args.BASELINES.values()) <= set(BASELINES)
