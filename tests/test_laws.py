@@ -28,10 +28,10 @@ from scalinfer.laws import (
     deepseek_flops_per_token,
     deepseek_lr_opt,
     log_loss_chinchilla,
+    log_batch_opt_law,
+    log_lr_opt_at_batch,
     log_lr_opt_law,
     loss_chinchilla,
-    loss_lr_valley,
-    loss_lr_valley_asymmetric,
     loss_noise_floor,
     loss_wsd,
     lr_opt_law,
@@ -48,6 +48,7 @@ from scalinfer.laws import (
     tokens_to_target_floor,
     tokens_to_target_wsd,
     tokens_wsd_piecewise,
+    valley,
     wsd_piecewise_coefficients,
     zhou_lr_opt,
 )
@@ -143,43 +144,60 @@ def test_tokens_to_target_wsd_inverts_loss_wsd_and_is_inf_below_the_asymptote():
 # ------------------------------------------------------------------------------------------------
 
 
-def test_loss_lr_valley_matches_hand_value():
+def test_valley_with_p_2_is_the_quadratic():
     log_lr, log_opt = math.log(3e-3), math.log(1e-3)
-    close(loss_lr_valley(log_lr, L_min=2.4, C=0.05, log_lr_opt=log_opt), 2.4 + 0.05 * math.log(3.0) ** 2)
+    close(valley(log_lr - log_opt, math.log(0.05)), 0.05 * math.log(3.0) ** 2)
+    close(valley(log_opt - log_lr, math.log(0.05)), 0.05 * math.log(3.0) ** 2)  # symmetric: delta = 0
 
 
-def test_asymmetric_valley_uses_each_side_curvature():
-    log_opt = math.log(1e-3)
-    below = loss_lr_valley_asymmetric(log_opt - 1.5, 2.4, C_below=0.05, C_above=0.4, log_lr_opt=log_opt)
-    above = loss_lr_valley_asymmetric(log_opt + 1.5, 2.4, C_below=0.05, C_above=0.4, log_lr_opt=log_opt)
-    close(below, 2.4 + 0.05 * 1.5**2)
-    close(above, 2.4 + 0.4 * 1.5**2)
+def test_valley_uses_each_side_curvature():
+    below = valley(-1.5, math.log(0.2), delta=0.5 * math.log(8.0))  # C_below = 0.2 / sqrt 8, C_above = 0.2 sqrt 8
+    above = valley(1.5, math.log(0.2), delta=0.5 * math.log(8.0))
+    close(below, 0.2 / math.sqrt(8.0) * 1.5**2)
+    close(above, 0.2 * math.sqrt(8.0) * 1.5**2)
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    log_lr=st.floats(-12.0, 0.0),
-    log_opt=st.floats(-10.0, -2.0),
-    curvature=st.floats(1e-3, 10.0),
-)
-def test_asymmetric_valley_reduces_to_symmetric_with_equal_curvatures(log_lr, log_opt, curvature):
-    sym = loss_lr_valley(log_lr, 2.4, curvature, log_opt)
-    asym = loss_lr_valley_asymmetric(log_lr, 2.4, curvature, curvature, log_opt)
-    assert float(asym) == float(sym)
+@given(size=st.floats(0.01, 6.0), above=st.booleans(), log_c=st.floats(-8.0, 2.0), delta=st.floats(-1.0, 1.0),
+       p=st.floats(0.5, 4.0))
+def test_valley_matches_its_formula(size, above, log_c, delta, p):
+    u = size if above else -size  # |u| >= 0.01: the plain formula's cancellation stays below 1e-11
+    C = math.exp(log_c + delta if above else log_c - delta)
+    close(valley(u, log_c, delta, p), 2 * C / p * ((1 + u * u) ** (p / 2) - 1), rel=1e-10)
 
 
-def test_asymmetric_valley_is_c1_at_the_optimum():
-    log_opt, L_min = math.log(1e-3), 2.4
-    f = jax.jit(lambda x: loss_lr_valley_asymmetric(x, L_min, 0.05, 0.4, log_opt))
+def test_valley_is_quadratic_near_and_a_power_far_from_the_optimum():
+    log_c, p = math.log(0.05), 1.2
+    u = 1e-4
+    close(valley(u, log_c, 0.3, p), 0.05 * math.exp(0.3) * u * u, rel=1e-7)  # C_+ u^2 for any p
+    far = np.array([1e6, 1e7])
+    v = np.asarray(valley(far, log_c, 0.0, p))
+    close(np.log(v[1] / v[0]) / np.log(10.0), p, rel=1e-5)  # |u|^p
+
+
+def test_valley_is_c1_at_the_optimum():
+    log_c, delta = math.log(0.1), 0.7
+    f = jax.jit(lambda u: valley(u, log_c, delta, 1.5))
     slope = jax.grad(f)
-    close(f(log_opt), L_min)
-    assert float(slope(log_opt)) == 0.0
-    h = 1e-7  # both one-sided slopes vanish like 2 C h
-    assert abs(float(slope(log_opt - h))) <= 2 * 0.05 * h * (1 + 1e-6)
-    assert abs(float(slope(log_opt + h))) <= 2 * 0.4 * h * (1 + 1e-6)
-    # the gradient in the parameters is continuous too: d/d log_lr_opt = -2 C (x - opt) -> 0
-    d_opt = jax.grad(lambda o: loss_lr_valley_asymmetric(log_opt + h, L_min, 0.05, 0.4, o))
-    close(d_opt(log_opt), -2 * 0.4 * h, rel=1e-6)
+    assert float(f(0.0)) == 0.0
+    assert float(slope(0.0)) == 0.0
+    h = 1e-7  # both one-sided slopes vanish like 2 C_+- h
+    assert abs(float(slope(-h))) <= 2 * 0.1 * math.exp(-delta) * h * (1 + 1e-6)
+    assert abs(float(slope(h))) <= 2 * 0.1 * math.exp(delta) * h * (1 + 1e-6)
+
+
+def test_lr_opt_at_batch_is_the_ridge():
+    x, z, k1, k2 = math.log(2e-3), math.log(5e5), 0.4, -0.3
+    close(log_lr_opt_at_batch(z, x, z, k1, k2), x)  # passes through the joint optimum
+    v = math.log(4.0)  # 4x the optimal batch
+    close(log_lr_opt_at_batch(z + v, x, z, k1, k2), x + k1 * v + 0.5 * k2 * v * v)
+    close(jax.grad(lambda b: log_lr_opt_at_batch(b, x, z, k1, k2))(z), k1)  # d log eta*/d log B at B* is kappa1
+
+
+@pytest.mark.parametrize("N, D", [(1e8, 2e9), (1e12, 1e13)])
+def test_batch_opt_law_matches_hand_value(N, D):
+    log_c, a, b = math.log(0.58), -0.11, 0.56
+    close(log_batch_opt_law(math.log(N), math.log(D), log_c, a, b), math.log(0.58 * N**a * D**b))
 
 
 @pytest.mark.parametrize("N, D", [(1e8, 2e9), (7e9, 1e12), (1e12, 1e13)])
@@ -490,9 +508,9 @@ CASES = [
     (compute_optimal, dict(C=1e26, A=482.01, B=2085.43, alpha=0.3478, beta=0.3658), "C"),
     (loss_wsd, dict(D=2e13, L0=1.8, A=55.0, gamma=0.3), "D"),
     (tokens_to_target_wsd, dict(L_target=1.9, L0=1.8, A=55.0, gamma=0.3), "L_target"),
-    (loss_lr_valley, dict(log_lr=-7.0, L_min=1.9, C=0.05, log_lr_opt=-8.0), "log_lr"),
-    (loss_lr_valley_asymmetric,
-     dict(log_lr=-7.0, L_min=1.9, C_below=0.05, C_above=0.4, log_lr_opt=-8.0), "log_lr"),
+    (valley, dict(offset=1.0, log_c=-3.0, delta=0.5, p=1.5), "offset"),
+    (log_lr_opt_at_batch, dict(log_batch=15.0, log_lr_opt=-6.0, log_batch_opt=14.0, kappa1=0.5, kappa2=-0.2),
+     "log_batch"),
     (lr_opt_law, dict(N=1e12, D=2e13, log_c=math.log(1.79), a=-0.713, b=0.307), "N"),
     (log_lr_opt_law,
      dict(log_N=math.log(1e12), log_D=math.log(2e13), log_c=0.58, a=-0.713, b=0.307), "log_N"),
@@ -513,6 +531,8 @@ CASES = [
     (tokens_min_floor, dict(batch_min=2e6, steps_min=3e4, alpha=0.8), "batch_min"),
     (steps_to_target_floor, dict(batch_tokens=4e6, L_target=2.1, **FLOOR), "batch_tokens"),
     (tokens_to_target_floor, dict(batch_tokens=4e6, L_target=2.1, **FLOOR), "batch_tokens"),
+    (log_batch_opt_law,
+     dict(log_N=math.log(1e12), log_D=math.log(2e13), log_c=-0.54, a=-0.11, b=0.56), "log_N"),
     (step_law_lr_opt, dict(N=1e12, D=2e13), "N"),
     (step_law_batch_opt, dict(D=2e13), "D"),
     (deepseek_lr_opt, dict(C=1.2e26), "C"),

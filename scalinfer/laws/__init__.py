@@ -7,9 +7,9 @@ these.
 
 - `chinchilla`: loss against (N, D) and the compute-optimal allocation (section 1);
 - `wsd`: loss along one WSD run against tokens (section 2);
-- `lr`: the LR valley and the eta*(N, D) law (sections 3-4);
+- `lr`: the LR valley, the eta*(N, D) law and the LR-batch ridge eta*(N, D, B) (sections 3-4);
 - `batch`: steps/tokens to a target loss against batch size, OpenAI's model, the gradient noise
-  scale, the paper's piecewise E(S), the noise-floor surface (section 5);
+  scale, the paper's piecewise E(S), the noise-floor surface, the B*(N, D) law (section 5);
 - `peers`: published eta* and B* laws to compare against (section 4).
 """
 
@@ -20,6 +20,7 @@ from scalinfer.laws.batch import (
     batch_crit_openai,
     batch_min_floor,
     batch_opt_floor,
+    log_batch_opt_law,
     loss_noise_floor,
     steps_min_floor,
     steps_openai,
@@ -34,7 +35,7 @@ from scalinfer.laws.batch import (
     wsd_piecewise_coefficients,
 )
 from scalinfer.laws.chinchilla import ComputeOptimal, compute_optimal, log_loss_chinchilla, loss_chinchilla
-from scalinfer.laws.lr import log_lr_opt_law, loss_lr_valley, loss_lr_valley_asymmetric, lr_opt_law
+from scalinfer.laws.lr import log_lr_opt_at_batch, log_lr_opt_law, lr_opt_law, valley
 from scalinfer.laws.peers import (
     BASELINES,
     Baseline,
@@ -58,10 +59,10 @@ __all__ = [
     "loss_wsd",
     "tokens_to_target_wsd",
     # lr (sections 3-4)
-    "loss_lr_valley",
-    "loss_lr_valley_asymmetric",
+    "valley",
     "lr_opt_law",
     "log_lr_opt_law",
+    "log_lr_opt_at_batch",
     # batch (section 5)
     "steps_openai",
     "tokens_openai",
@@ -81,6 +82,7 @@ __all__ = [
     "tokens_min_floor",
     "steps_to_target_floor",
     "tokens_to_target_floor",
+    "log_batch_opt_law",
     # peers (section 4)
     "step_law_lr_opt",
     "step_law_batch_opt",

@@ -9,6 +9,9 @@ depend on the batch B (tokens per step):
 - our mechanistic noise-floor surface L(S; B) = L_inf + a S^-alpha + c / B, which produces all three
   stages and gives B_min, B_opt, S_min, S_opt in closed form.
 
+and the law of the loss-optimal batch at fixed (N, D), log B*(N, D) = log c_B + a_B log N + b_B log D
+(`log_batch_opt_law`; the surface model's, with the LR valley and ridge of `scalinfer.laws.lr`).
+
 The batch sizes they return follow different definitions (MATH.md section 5 lists them): B_crit is
 OpenAI's 2x-overhead point; B_min the smallest batch that reaches the target at all; B_opt the batch
 that reaches it with the fewest tokens at constant LR. Compare numbers only within one definition.
@@ -48,6 +51,8 @@ __all__ = [
     "tokens_min_floor",
     "steps_to_target_floor",
     "tokens_to_target_floor",
+    # the loss-optimal batch at fixed (N, D)
+    "log_batch_opt_law",
 ]
 
 
@@ -544,3 +549,37 @@ def tokens_to_target_floor(batch_tokens, L_target, L_inf, a, alpha, c) -> jax.Ar
         Tokens.
     """
     return batch_tokens * steps_to_target_floor(batch_tokens, L_target, L_inf, a, alpha, c)
+
+
+# --------------------------------------------------------------------------------------------
+# The loss-optimal batch at fixed (N, D)
+# --------------------------------------------------------------------------------------------
+
+
+def log_batch_opt_law(log_N, log_D, log_c, a, b) -> jax.Array:
+    r"""Log of the loss-optimal batch B*(N, D) (MATH.md section 5).
+
+    .. math:: \log B^*(N, D) = \log c_B + a_B \log N + b_B \log D
+
+    B* is the batch (tokens per step) of the lowest final loss of a run of N parameters on D tokens, at
+    that batch's best LR: Step Law's and DeepSeek's definition (not OpenAI's B_crit nor the token-optimal
+    B_opt above). The form holds in any affine coordinates of log N and log D (the surface model's centered,
+    scaled (n, d)). The optimal LR along the batch axis is `scalinfer.laws.lr.log_lr_opt_at_batch`.
+
+    Parameters
+    ----------
+    log_N : array_like
+        Natural log of non-embedding parameters (count; total or active for MoE, as fitted).
+    log_D : array_like
+        Natural log of training tokens.
+    log_c : array_like
+        Log of the prefactor c_B (B* in tokens at N = D = 1).
+    a, b : array_like
+        Exponents of N and D (dimensionless).
+
+    Returns
+    -------
+    jax.Array
+        log B* (B* in tokens per step).
+    """
+    return log_c + a * log_N + b * log_D

@@ -1,10 +1,21 @@
-"""Loss against learning rate, and the optimal-learning-rate law (MATH.md sections 3 and 4).
+r"""Loss against learning rate, the optimal-learning-rate law, and the LR-batch ridge (MATH.md sections 3-4).
 
-    L(eta | N, D) = L_min + C (log eta - log eta*)^2          (section 3, the LR valley)
-    log eta*(N, D) = log c + a log N + b log D                  (section 4, the Fitting paradigm)
+With x = log eta (peak learning rate, dimensionless for Adam-type optimizers) and z = log B (batch in
+tokens), natural logs:
 
-eta is the peak learning rate (dimensionless for Adam-type optimizers), logs are natural. Pure
-`jax.numpy`, broadcasting, jit- and vmap-able.
+.. math::
+
+    L(\eta) &= L_{min} + V(\log \eta - \log \eta^*), \qquad
+        V(u) = \tfrac{2 C_\pm}{p}\big((1 + u^2)^{p/2} - 1\big)         && \text{(the LR valley)} \\
+    \log \eta^*(N, D) &= \log c + a \log N + b \log D                     && \text{(the law of eta*)} \\
+    \log \eta^*(N, D, B) &= \log \eta^* + \kappa_1 v + \tfrac12 \kappa_2 v^2, \quad v = \log B - \log B^*
+        && \text{(the LR-batch ridge)}
+
+The valley is C u^2 (section 3's quadratic) for p = 2 and equal sides; the batch valley around B* is the
+same function of log B - log B* (`valley`). B*(N, D) is `scalinfer.laws.batch.log_batch_opt_law`.
+
+Pure `jax.numpy` (the laws are plain arithmetic and keep NumPy inputs NumPy), broadcasting, jit- and
+vmap-able.
 """
 
 from __future__ import annotations
@@ -12,73 +23,58 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["loss_lr_valley", "loss_lr_valley_asymmetric", "lr_opt_law", "log_lr_opt_law"]
+__all__ = ["valley", "log_lr_opt_law", "lr_opt_law", "log_lr_opt_at_batch"]
 
 
-def loss_lr_valley(log_lr, L_min, C, log_lr_opt) -> jax.Array:
-    """Quadratic LR valley in log eta at fixed (N, D) (MATH.md section 3).
-
-    .. math:: L(\\eta) = L_{min} + C (\\log \\eta - \\log \\eta^*)^2
-
-    Parameters
-    ----------
-    log_lr : array_like
-        Natural log of the peak learning rate.
-    L_min : array_like
-        Loss at the optimum (nats/token).
-    C : array_like
-        Curvature (nats/token per squared log-LR unit, > 0).
-    log_lr_opt : array_like
-        Natural log of the optimal peak learning rate eta*.
-
-    Returns
-    -------
-    jax.Array
-        Loss in nats/token.
-    """
-    return L_min + C * jnp.square(log_lr - log_lr_opt)
-
-
-def loss_lr_valley_asymmetric(log_lr, L_min, C_below, C_above, log_lr_opt) -> jax.Array:
-    """LR valley with its own curvature on each side of the optimum (MATH.md section 3).
+def valley(offset, log_c, delta=0.0, p=2.0) -> jax.Array:
+    r"""Excess loss of a smooth, asymmetric valley at ``offset`` from its optimum (MATH.md section 3).
 
     .. math::
 
-        L(\\eta) = L_{min} + \\begin{cases}
-            C_{below} (\\log \\eta - \\log \\eta^*)^2 & \\eta < \\eta^* \\\\
-            C_{above} (\\log \\eta - \\log \\eta^*)^2 & \\eta \\ge \\eta^*
-        \\end{cases}
+        V(u) = \frac{2 C_\pm}{p}\Big((1 + u^2)^{p/2} - 1\Big), \qquad
+        \log C_\pm = \log c \pm \delta \quad (+ \text{ for } u \ge 0,\ - \text{ for } u < 0)
 
-    Both halves have value L_min and slope 0 at eta*, so the loss is continuous with a continuous
-    first derivative there (in log_lr and in every parameter); only the second derivative jumps.
-    Real valleys rise faster above eta* (C_above > C_below). With C_below = C_above = C this is
-    `loss_lr_valley`.
+    Near the optimum V = C_+- u^2 (for any p): the quadratic valley, with its own curvature on each
+    side (real LR valleys rise faster above eta*, delta > 0). Far from it V grows as |u|^p: p < 2 is
+    flatter than a parabola, p = 2 is C_+- u^2 exactly. V is infinitely smooth in every parameter and
+    C^1 in u at 0 (only the curvature jumps there, by e^{2 delta}); a bare |u|^p with p < 2 would have
+    unbounded curvature at the optimum.
+
+    The LR valley is V(log eta - log eta*); the batch valley V(log B - log B*) has the same form.
 
     Parameters
     ----------
-    log_lr : array_like
-        Natural log of the peak learning rate.
-    L_min : array_like
-        Loss at the optimum (nats/token).
-    C_below, C_above : array_like
-        Curvatures below and above eta* (nats/token per squared log-LR unit, > 0).
-    log_lr_opt : array_like
-        Natural log of the optimal peak learning rate eta*.
+    offset : array_like
+        u, the distance from the optimum in natural-log units (e.g. log eta - log eta*).
+    log_c : array_like
+        log c, the log of the valley's geometric-mean curvature (loss units per squared log unit).
+    delta : array_like
+        Half the log ratio of the curvatures above and below the optimum (0: symmetric).
+    p : array_like
+        Far-field exponent (> 0; 2: quadratic throughout).
 
     Returns
     -------
     jax.Array
-        Loss in nats/token.
+        V(u), in the loss's units (the surface model adds it to a log loss).
+
+    Examples
+    --------
+    >>> import math
+    >>> f"{float(valley(math.log(3.0), math.log(0.05))):.6f}"  # p = 2, symmetric: 0.05 (log 3)^2
+    '0.060347'
     """
-    offset = log_lr - log_lr_opt
-    curvature = jnp.where(offset < 0, C_below, C_above)
-    return L_min + curvature * jnp.square(offset)
+    log_curv = jnp.where(offset < 0, log_c - delta, log_c + delta)
+    return jnp.exp(log_curv) * (2.0 / p) * jnp.expm1(0.5 * p * jnp.log1p(offset * offset))
 
 
 def log_lr_opt_law(log_N, log_D, log_c, a, b) -> jax.Array:
-    """Log of the optimal peak learning rate (MATH.md section 4).
+    r"""Log of the optimal peak learning rate (MATH.md section 4).
 
-    .. math:: \\log \\eta^*(N, D) = \\log c + a \\log N + b \\log D
+    .. math:: \log \eta^*(N, D) = \log c + a \log N + b \log D
+
+    The form holds in any affine coordinates of log N and log D: the surface model evaluates it at its
+    centered, scaled (n, d) with its own intercept and slopes.
 
     Parameters
     ----------
@@ -100,9 +96,9 @@ def log_lr_opt_law(log_N, log_D, log_c, a, b) -> jax.Array:
 
 
 def lr_opt_law(N, D, log_c, a, b) -> jax.Array:
-    """Optimal peak learning rate eta*(N, D) (MATH.md section 4).
+    r"""Optimal peak learning rate eta*(N, D) (MATH.md section 4).
 
-    .. math:: \\eta^*(N, D) = c\\, N^{a} D^{b}, \\qquad c = e^{\\log c}
+    .. math:: \eta^*(N, D) = c\, N^{a} D^{b}, \qquad c = e^{\log c}
 
     Parameters
     ----------
@@ -128,3 +124,32 @@ def lr_opt_law(N, D, log_c, a, b) -> jax.Array:
     '5.346e-05'
     """
     return jnp.exp(log_lr_opt_law(jnp.log(N), jnp.log(D), log_c, a, b))
+
+
+def log_lr_opt_at_batch(log_batch, log_lr_opt, log_batch_opt, kappa1, kappa2) -> jax.Array:
+    r"""The LR-batch ridge: log of the optimal peak LR at batch B, around the joint optimum (eta*, B*).
+
+    .. math::
+
+        \log \eta^*(B) = \log \eta^* + \kappa_1 v + \tfrac12 \kappa_2 v^2, \qquad v = \log B - \log B^*
+
+    At B = B* the ridge passes through eta*, so (eta*, B*) is the joint optimum. kappa_1 is
+    d log eta*/d log B there (1/2: Adam's square-root rule; 1: linear scaling, SGD); kappa_2 lets the
+    ridge bend (e.g. flatten beyond B*).
+
+    Parameters
+    ----------
+    log_batch : array_like
+        Natural log of the batch (tokens per step).
+    log_lr_opt, log_batch_opt : array_like
+        log eta* and log B* of the joint optimum (any common offsets of the logs cancel in v).
+    kappa1, kappa2 : array_like
+        Slope and curvature of the ridge in log-log units.
+
+    Returns
+    -------
+    jax.Array
+        log eta*(B).
+    """
+    v = log_batch - log_batch_opt
+    return log_lr_opt + kappa1 * v + 0.5 * kappa2 * v * v
