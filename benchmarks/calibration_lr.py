@@ -101,9 +101,9 @@ def main(argv=None) -> int:
     if args.datasets < 1:
         ap.error("--datasets must be at least 1")
 
-    from scalinfer.inference.runtime import prepare_runtime
+    from scalinfer.runtime import configure
 
-    prepare_runtime(args.chains)
+    configure(args.chains)
     import scalinfer
     from scalinfer.models.surface import MODEL, SIZE_PRIOR
     from scalinfer.runs.schema import validate

@@ -92,12 +92,14 @@ import json, sys, time
 t_import = time.perf_counter()
 import numpy as np
 import scalinfer
+import scalinfer.runtime
 from scalinfer.models import get_model
 import jax.monitoring as mon
 
 data, model, chains, warmup, samples = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
 seeds = [int(s) for s in sys.argv[6].split(",")]
 fmt = sys.argv[7] or None
+scalinfer.runtime.configure(chains)  # as the CLI: a device per chain, float64, the persistent cache
 log = {"compiles": 0, "compile_s": 0.0, "hits": 0, "pending_hit": False}
 
 def on_event(event, **kw):
@@ -174,9 +176,13 @@ mode, data_path, fmt = sys.argv[1], sys.argv[2], sys.argv[3] or None
 chains, warmup, samples, seed = map(int, sys.argv[4:8])
 opt = json.loads(sys.argv[8])
 sys.path.insert(0, opt["bench_dir"])
+sys.path.insert(0, os.path.join(opt["bench_dir"], os.pardir, "tests"))
 import numpy as np
 import scalinfer
-from scalinfer.inference.compiled import CompileLog
+import scalinfer.runtime
+from support.compile_log import CompileLog
+
+scalinfer.runtime.configure(chains)  # as the CLI: a device per chain, float64, the persistent cache
 from scalinfer.models.surface import MODEL as SURFACE, SCALARS, SETTING
 
 # the model that the PyMC twin (_pymc_surface.py) writes out: surface without size scatter, issue #8's model (the
@@ -260,8 +266,8 @@ elif mode == "nutpie":
     out["chain_mean_logp"] = [float(v) for v in ss["logp"].mean("draw").values]
 
 elif mode == "blackjax":
-    from scalinfer.inference.runtime import prepare_runtime
-    prepare_runtime(chains)
+    from scalinfer.runtime import configure
+    configure(chains)
     import jax
     import blackjax
     from blackjax.adaptation.base import get_filter_adapt_info_fn

@@ -142,9 +142,9 @@ def main(argv=None) -> int:
         return 2
 
     import scalinfer
-    from scalinfer.inference.runtime import prepare_runtime
+    from scalinfer.runtime import configure
 
-    prepare_runtime(args.chains)
+    configure(args.chains)
     from scalinfer.laws import BASELINES
 
     full = scalinfer.load_runs(args.dataset, format="steplaw").df

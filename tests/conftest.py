@@ -1,22 +1,40 @@
-"""Shared test helpers: where the published datasets are, and running the CLI in-process."""
+"""Shared test helpers: where the published datasets are, and running the CLI in-process.
+
+The suite keeps its own scalinfer cache (compiled programs, the trainer's corpora) in a temporary folder,
+set here before anything configures JAX, so it never reads or writes the user's (~/.cache/scalinfer).
+"""
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import os
+import shutil
+import sys
+import tempfile
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 
-from scalinfer.inference.runtime import prepare_runtime
+_CACHE = tempfile.mkdtemp(prefix="scalinfer-tests-")
+os.environ["SCALINFER_CACHE"] = _CACHE  # inherited by the subprocesses that tests start
+os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
-# CPU devices for parallel chains must be asked for before JAX starts; a test module that runs JAX code at
-# import or in a fixture before its first fit would otherwise leave every fit with one device
-prepare_runtime(4)
+import scalinfer.runtime  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+# CPU devices for parallel chains must be asked for before JAX starts (a test module that runs JAX code at
+# import would otherwise leave every fit with one device); float64 for the tests that call laws directly;
+# the persistent compilation cache in the folder above
+scalinfer.runtime.configure(4)
+
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:  # test tooling: `from support.compile_log import CompileLog`
+    sys.path.insert(0, str(TESTS))
+
+ROOT = TESTS.parent
 DATASETS = ROOT.parent / "shared" / "datasets"
 
 
@@ -47,10 +65,3 @@ def run_cli(*args: str) -> CliResult:
         except SystemExit as e:  # argparse errors
             code = e.code if isinstance(e.code, int) else 1
     return CliResult(code, out.getvalue(), err.getvalue())
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _test_cache(tmp_path_factory):
-    # the persistent compilation cache speeds up repeated fits; keep the tests' own copy out of the user's
-    os.environ.setdefault("SCALINFER_CACHE", str(tmp_path_factory.mktemp("jax-cache")))
-    yield

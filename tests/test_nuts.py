@@ -11,7 +11,7 @@ import pytest
 
 import scalinfer  # noqa: F401  (asks for CPU devices before JAX starts)
 from scalinfer.inference.nuts import run_nuts
-from scalinfer.inference.runtime import prepare_runtime
+from scalinfer.runtime import configure
 
 SD = np.array([1e-3, 1.0, 30.0])
 
@@ -21,7 +21,7 @@ def gauss(sd):
 
 
 def _run(**kw):
-    prepare_runtime(2)
+    configure(2)
     init = {"x": np.zeros((2, 3))}
     opts = dict(chains=2, warmup=200, samples=400, seed=0, chain_method="sequential")
     opts.update(kw)
@@ -71,7 +71,7 @@ def test_float32_potential_samples_the_same_target():
         x = numpyro.sample("x", dist.Normal(0.0, sd))
         numpyro.factor("float32_only", 0.0 if x.dtype == np.float32 else -np.inf)
 
-    prepare_runtime(2)
+    configure(2)
     draws, stats = run_nuts(gauss_in_float32, {"sd": SD}, {"x": np.zeros((2, 3))}, chains=2, warmup=200,
                             samples=1000, seed=0, chain_method="sequential", potential_dtype="float32",
                             mean=np.zeros(3), scale=SD)
@@ -150,7 +150,7 @@ def corr_gauss(d):
 def test_dense_adaptation_in_short_windows_recovers_a_correlated_target():
     # 40 dimensions, 300 warmup: every adaptation window (25, 50, 100 draws... see `_window_shrinkage`) is
     # shorter than 80, so every dense mass matrix is a shrunk one; the draws must still be the target's
-    prepare_runtime(2)
+    configure(2)
     d = 40
     draws, stats = run_nuts(corr_gauss, {"d": d}, {"x": np.zeros((2, d))}, chains=2, warmup=300, samples=500,
                             seed=0, chain_method="sequential", adapt="dense")

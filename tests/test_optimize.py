@@ -16,7 +16,7 @@ from numpyro.infer.util import potential_energy
 import scalinfer
 from scalinfer.errors import ModelError
 from scalinfer.inference.optimize import find_map, laplace_draws
-from scalinfer.inference.runtime import prepare_runtime
+from scalinfer.runtime import configure
 from scalinfer.models import get_model
 
 
@@ -35,7 +35,7 @@ def _exact(x, y):
 
 
 def test_mode_hessian_and_laplace_of_a_gaussian_posterior():
-    prepare_runtime()
+    configure()
     rng = np.random.default_rng(0)
     x = rng.uniform(-3, 3, 50)
     y = 1.0 + 2.0 * x + 0.5 * rng.normal(size=50)
@@ -56,7 +56,7 @@ def test_mode_hessian_and_laplace_of_a_gaussian_posterior():
 
 def test_hessian_by_differences_matches_jax_on_a_student_t_scaling_law():
     """Chinchilla on a simulated table: 7 unconstrained parameters with curvatures over 4 orders of magnitude."""
-    prepare_runtime()
+    configure()
     m = get_model("chinchilla")
     runs = scalinfer.load_runs(m.simulate(m.true_params(), m.default_design(), seed=106))
     data, c = m.prepare(runs)
@@ -71,7 +71,7 @@ def test_hessian_by_differences_matches_jax_on_a_student_t_scaling_law():
 
 
 def test_no_finite_start_is_a_model_error():
-    prepare_runtime()
+    configure()
 
     def impossible(y=None):
         s = numpyro.sample("s", dist.HalfNormal(1.0))

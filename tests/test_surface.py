@@ -285,13 +285,13 @@ def test_small_normal_and_isotropic_t_sample_their_densities():
 
 TRACE_COUNT = """
 import sys, json, jax
-from scalinfer.inference.runtime import prepare_runtime
-prepare_runtime(1)
+from scalinfer.runtime import configure
+configure(1)
 import numpy as np
 from numpyro import handlers
 from numpyro.infer.util import potential_energy
 import scalinfer
-from scalinfer.inference.compiled import CompileLog
+from tests.support.compile_log import CompileLog
 from scalinfer.models.surface import MODEL
 df = MODEL.simulate(MODEL.true_params(), MODEL.default_design())
 runs = scalinfer.runs.schema.validate(df.drop(columns=["true_lr_opt", "true_batch_opt", "true_loss_opt"]),
@@ -448,10 +448,10 @@ def test_predict_python_api(surface_fit):
 
 def test_predict_grid_is_vectorized():
     """100 x 100 (N, D) grid from 4,000 draws: one fused JAX computation, not a Python loop."""
-    from scalinfer.inference.runtime import prepare_runtime
     from scalinfer.models.surface import MODEL, SCALARS
+    from scalinfer.runtime import configure
 
-    prepare_runtime(1)
+    configure(1)
     rng = np.random.default_rng(0)
     draws = {k: rng.normal(0, 0.1, 4000) for k in SCALARS}
     draws.update({k: np.abs(draws[k]) for k in ("tau_lr", "tau_b", "tau_loss")})

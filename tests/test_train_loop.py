@@ -24,7 +24,8 @@ from scalinfer.errors import TrainError
 from scalinfer.schedules.file import write_schedule
 from scalinfer.train import apply_overrides, param_counts, preset, train
 from scalinfer.train.config import DataConfig
-from scalinfer.train.data import default_cache_dir, load_corpus, unigram_entropy
+from scalinfer.runtime import cache_root
+from scalinfer.train.data import load_corpus, unigram_entropy
 from scalinfer.train.records import append_records, read_records
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +47,7 @@ def _losses(path: Path) -> dict[int, float]:
 
 
 def _subprocess_env(**extra) -> dict[str, str]:
-    env = {**os.environ, "SCALINFER_CACHE": str(default_cache_dir()), "PYTHONPATH": str(ROOT), **extra}
+    env = {**os.environ, "SCALINFER_CACHE": str(cache_root()), "PYTHONPATH": str(ROOT), **extra}
     env.pop("XLA_FLAGS", None)
     env.update({k: v for k, v in extra.items()})
     return env

@@ -14,10 +14,10 @@ This module holds what the inference programs share:
   static ones: Python ints, bools and strings, which a model may use for shapes or branches);
 - `program`: a decorator caching one jitted function per (model, static kwargs, settings), so a second fit
   in the same process reuses the compiled executable without tracing again;
-- `release_if_crowded`: drops every compiled program when the process nears the OS's limit on memory maps;
+- `release_if_crowded`: drops the programs of this module's caches when the process nears the OS's limit on
+  memory maps (never JAX's caches of the caller's own functions);
 - `model_sites`: what the model's sites are (names, types, supports), from an abstract trace that compiles
-  nothing;
-- `CompileLog`: counts XLA compilations and persistent-cache hits in a block (tests and benchmarks).
+  nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["split_kwargs", "join_kwargs", "program", "release_if_crowded", "model_sites", "log_likelihood",
-           "CompileLog", "tree_unraveler"]
+           "tree_unraveler"]
 
 
 def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
@@ -87,7 +87,8 @@ def program(build: Callable) -> Callable:
     """Cache the result of ``build(model_fn, static, *settings)`` (a jitted function) per model and settings.
 
     The cache keeps the jitted function objects alive, so JAX's in-memory cache of their executables is
-    reused by later fits; JAX's persistent cache covers new processes and `jax.clear_caches()`.
+    reused by later fits; JAX's persistent cache (`scalinfer.runtime.configure`) covers new processes and
+    programs dropped by `release_if_crowded`.
     """
     cache: dict[Any, Callable] = {}
     _CACHES.append(cache)
@@ -116,14 +117,15 @@ def _count_lines(path: str) -> int | None:
 
 
 def release_if_crowded(fraction: float = 0.5) -> bool:
-    """Drop every compiled program (ours and JAX's in-memory caches) when this process holds more than
-    `fraction` of the OS's limit on memory maps (Linux: /proc/sys/vm/max_map_count, 65,530 by default).
+    """Drop the programs this module holds (the `program` caches: scalinfer's jitted functions, and with them
+    their executables) when this process holds more than `fraction` of the OS's limit on memory maps (Linux:
+    /proc/sys/vm/max_map_count, 65,530 by default). JAX's caches of the caller's own functions are left alone.
 
     Each XLA CPU executable holds hundreds of memory maps, so a long session that fits tables of many
     different shapes (a calibration study with varying numbers of diverged runs, a notebook looping over
-    subsets) used to stop with LLVM's "Cannot allocate memory" after a few dozen distinct programs. Programs
-    dropped here come back from JAX's persistent cache in a fraction of a second. Returns whether it dropped
-    them (never where /proc is not there)."""
+    subsets) would stop with LLVM's "Cannot allocate memory" after a few dozen distinct programs. Programs
+    dropped here are traced again when next needed, and come back from JAX's persistent cache where one is
+    configured. Returns whether it dropped them (never where /proc is not there)."""
     n = _count_lines("/proc/self/maps")
     try:
         with open("/proc/sys/vm/max_map_count") as fh:
@@ -132,13 +134,10 @@ def release_if_crowded(fraction: float = 0.5) -> bool:
         return False
     if n is None or n < fraction * limit:
         return False
-    import jax
-
     with _LOCK:
         for cache in _CACHES:
             cache.clear()
-    jax.clear_caches()
-    gc.collect()
+    gc.collect()  # the jitted functions, and JAX's executables keyed weakly on them, go now
     return True
 
 
@@ -218,53 +217,3 @@ def log_likelihood(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str
     dynamic, static = split_kwargs(kwargs)
     out = _log_likelihood_program(model_fn, static, batch_ndims)(samples, dynamic)
     return {k: np.asarray(v) for k, v in out.items()}
-
-
-class CompileLog:
-    """Within a ``with`` block, count XLA compilations (``compiles``, with their seconds ``compile_s``) and
-    persistent compilation cache hits (``hits``), per compiled function name in ``by_name``.
-
-    Example::
-
-        with CompileLog() as log:
-            scalinfer.fit(runs)
-        log.compiles, log.hits
-    """
-
-    COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-    HIT_EVENT = "/jax/compilation_cache/cache_hits"
-
-    def __init__(self):
-        self.compiles = 0
-        self.hits = 0
-        self.compile_s = 0.0
-        self.by_name: dict[str, list[tuple[bool, float]]] = {}
-        self._pending_hit = False
-
-    def _on_event(self, event: str, **kw: Any) -> None:
-        if event == self.HIT_EVENT:
-            self._pending_hit = True
-
-    def _on_duration(self, event: str, secs: float, **kw: Any) -> None:
-        if event != self.COMPILE_EVENT:
-            return
-        hit, self._pending_hit = self._pending_hit, False
-        if hit:
-            self.hits += 1
-        else:
-            self.compiles += 1
-            self.compile_s += secs
-        self.by_name.setdefault(str(kw.get("fun_name", "?")), []).append((hit, secs))
-
-    def __enter__(self) -> CompileLog:
-        import jax.monitoring as mon
-
-        mon.register_event_listener(self._on_event)
-        mon.register_event_duration_secs_listener(self._on_duration)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        import jax.monitoring as mon
-
-        mon.unregister_event_listener(self._on_event)
-        mon.unregister_event_duration_listener(self._on_duration)

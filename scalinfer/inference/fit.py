@@ -23,7 +23,7 @@ import pandas as pd
 
 from scalinfer import __version__
 from scalinfer.errors import FitFileError, ModelError
-from scalinfer.inference.runtime import chain_method_for, prepare_runtime
+from scalinfer.runtime import chain_method_for, float64
 from scalinfer.models import get_model
 from scalinfer.models.base import Model
 from scalinfer.predict import Prediction
@@ -51,6 +51,7 @@ def _log(msg: str, quiet: bool) -> None:
         print(f"scalinfer: {msg}", file=sys.stderr, flush=True)
 
 
+@float64  # N ~ 1e12 to fractional powers; the caller's jax_enable_x64 is restored on return
 def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = None, chains: int = 4,
         warmup: int = 500, samples: int = 500, seed: int = 0, adapt: str = "dense",
         target_accept: float | None = None, warmup_tree_depth: int = WARMUP_TREE_DEPTH, quiet: bool = True,
@@ -76,7 +77,6 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     options : the model's options (its dataclass fields, e.g. ``size_scatter``; `Model.with_options`), saved in
         the fit so that `Fit.model` (and a reloaded fit's) is the model fitted.
     """
-    prepare_runtime(chains)
     m = get_model(model)
     if options:
         m = m.with_options(**options)
@@ -438,6 +438,7 @@ class Fit:
                 "divergences": self.divergences, "parameters": s, **s, "warnings": self.warnings(s)}
 
     # ---- answers -----------------------------------------------------------------------------------------
+    @float64
     def predict(self, ci: float = 0.9, **targets: Any) -> Prediction:
         """Posterior draws and intervals of the model's quantities at `targets` (e.g. ``N=1e9, D=2e10``)."""
         if not 0 < ci < 1:

@@ -12,8 +12,8 @@ Text files are joined with a NUL byte between documents. The held-out split is f
 depend on the seed: a file is held out when ``crc32(relative path) mod 10000 < eval_fraction *
 10000``; with fewer than 10 files (or if no file falls in the held-out share) the last
 ``eval_fraction`` of the bytes is held out instead. The joined bytes are cached as .npy files in
-the cache folder (keyed by the files' names, sizes and modification times) so later runs start
-in milliseconds.
+the cache folder (`scalinfer.runtime.cache_root`; keyed by the files' names, sizes and modification
+times) so later runs start in milliseconds.
 
 Training order: the training stream is cut into windows of ``seq_len + 1`` tokens (consecutive
 windows overlap by one token), and epoch ``e`` visits them in the permutation drawn from
@@ -35,10 +35,10 @@ from pathlib import Path
 import numpy as np
 
 from scalinfer.errors import TrainError
+from scalinfer.runtime import cache_root
 from scalinfer.train.config import DataConfig
 
-__all__ = ["Corpus", "load_corpus", "WindowSampler", "eval_windows", "default_cache_dir",
-           "stdlib_files", "unigram_entropy"]
+__all__ = ["Corpus", "load_corpus", "WindowSampler", "eval_windows", "stdlib_files", "unigram_entropy"]
 
 _CACHE_VERSION = 1
 _SEPARATOR = b"\x00"
@@ -52,14 +52,6 @@ class Corpus:
     eval: np.ndarray
     vocab_size: int
     description: str
-
-
-def default_cache_dir() -> Path:
-    """``$SCALINFER_CACHE``, else ``$XDG_CACHE_HOME/scalinfer``, else ``~/.cache/scalinfer``."""
-    if os.environ.get("SCALINFER_CACHE"):
-        return Path(os.environ["SCALINFER_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "scalinfer"
 
 
 def stdlib_files() -> tuple[Path, list[Path]]:
@@ -106,7 +98,7 @@ def _bytes_corpus(kind: str, root: Path, files: list[Path], cfg: DataConfig) -> 
     stats = [f.stat() for f in files]
     h = hashlib.sha256(repr((_CACHE_VERSION, kind, str(root), cfg.eval_fraction,
                              [(r, s.st_size, s.st_mtime_ns) for r, s in zip(rel, stats)])).encode())
-    cache = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
+    cache = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else cache_root()
     stem = cache / f"corpus-{kind}-{h.hexdigest()[:16]}"
     train_path, eval_path = stem.with_suffix(".train.npy"), stem.with_suffix(".eval.npy")
     desc = f"{kind}: {len(files)} files under {root}"

@@ -39,6 +39,7 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
+from scalinfer import runtime
 from scalinfer.errors import TrainError
 from scalinfer.laws import b_simple_from_grad_norms
 from scalinfer.train import data as data_lib
@@ -297,20 +298,6 @@ class _Runner:
         return state, meta, "done"
 
 
-def _enable_compilation_cache() -> None:
-    """Turn on JAX's persistent compilation cache unless the user configured one (or set
-    ``SCALINFER_NO_CACHE=1``): every run of a sweep shares its shapes, so only the first compiles."""
-    if jax.config.jax_compilation_cache_dir or os.environ.get("SCALINFER_NO_CACHE") == "1":
-        return
-    try:
-        path = data_lib.default_cache_dir() / "jax"
-        path.mkdir(parents=True, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", str(path))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    except OSError as e:  # a read-only home is no reason to fail a run
-        print(f"scalinfer: compilation cache disabled ({e})", file=sys.stderr)
-
-
 def tune_malloc() -> bool:
     """Keep freed memory in glibc's heap so that a train step does not page-fault (Linux, CPU).
 
@@ -332,11 +319,7 @@ def tune_malloc() -> bool:
     if os.environ.get("SCALINFER_NO_MALLOC_TUNING") == "1" or "GLIBC_TUNABLES" in os.environ \
             or any(k.startswith("MALLOC_") for k in os.environ) or not sys.platform.startswith("linux"):
         return False
-    try:  # a private JAX function: if it moves, the settings still apply (and may do nothing)
-        from jax._src.xla_bridge import backends_are_initialized
-    except ImportError:
-        backends_are_initialized = lambda: False  # noqa: E731
-    if backends_are_initialized():
+    if runtime.backend_started():
         return False
     try:
         import ctypes
@@ -375,8 +358,9 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
     cfg = config
     check(cfg)
     tune_malloc()
-    parallel.initialize(cfg.multihost)
-    _enable_compilation_cache()
+    # the persistent compilation cache (every run of a sweep shares its shapes, so only the first compiles)
+    # and the multi-host job; the device count and float precision stay the caller's
+    runtime.configure(x64=False, multihost=cfg.multihost)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plan = make_plan(cfg)

@@ -4,9 +4,9 @@ Batches are split along their sequence axis over both mesh axes (data parallel o
 the routed experts' weights are split along the expert axis over ``"expert"`` (size 1 by default,
 i.e. replicated), everything else is replicated. XLA's SPMD partitioner inserts the gradient
 all-reduce (and, with an expert axis, the all-to-all of the dispatch). One CPU is a 1 x 1 mesh and
-runs the same code. Several hosts: set ``multihost = true`` and launch one process per host;
-`initialize` calls ``jax.distributed.initialize()`` (which reads the cluster's environment) before
-any device is touched, and each process feeds only its own rows of every batch.
+runs the same code. Several hosts: set ``multihost = true`` and launch one process per host; `train`
+joins the job (`scalinfer.runtime.configure`) before any device is touched, and each process feeds
+only its own rows of every batch.
 """
 
 from __future__ import annotations
@@ -17,22 +17,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from scalinfer.errors import TrainError
 
-__all__ = ["initialize", "make_mesh", "param_shardings", "batch_sharding", "replicated",
+__all__ = ["make_mesh", "param_shardings", "batch_sharding", "replicated",
            "put_batch", "process_rows"]
 
 _EXPERT_WEIGHTS = ("w_gate", "w_up", "w_down")
-_initialized = False
-
-
-def initialize(multihost: bool) -> None:
-    """Join the multi-host job when asked (once per process)."""
-    global _initialized
-    if multihost and not _initialized:
-        try:
-            jax.distributed.initialize()
-        except Exception as e:  # the message of the cluster detection is what the user needs
-            raise TrainError(f"multihost=true but jax.distributed.initialize() failed: {e}") from None
-        _initialized = True
 
 
 def make_mesh(expert: int = 1) -> Mesh:

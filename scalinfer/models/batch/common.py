@@ -44,7 +44,7 @@ from scalinfer.errors import ModelError
 from scalinfer.models.base import Arrays, Model
 from scalinfer.runs.schema import RunTable
 
-__all__ = ["CensoredNormal", "BatchTableModel", "unit_effect", "pooled", "target_key", "match_units", "enable_x64", "table_arrays",
+__all__ = ["CensoredNormal", "BatchTableModel", "unit_effect", "pooled", "target_key", "match_units", "table_arrays",
            "sample_power_law", "sample_unit_scatter", "PREDICT_SEED"]
 
 #: seed of the new-unit deviations drawn at prediction time (fixed: the same fit gives the same answer)
@@ -110,11 +110,6 @@ def sample_unit_scatter(n_units: int):
         z_S = numpyro.sample("z_S", dist.Normal(0.0, 1.0))
         z_B = numpyro.sample("z_B", dist.Normal(0.0, 1.0))
     return tau_S, tau_B, sigma, z_S, z_B
-
-
-def enable_x64() -> None:
-    """Predictions evaluate the laws in float64, as the fit did (a reloaded fit may not have set it)."""
-    jax.config.update("jax_enable_x64", True)
 
 
 def match_units(log_N, log_L, constants: dict[str, float]) -> np.ndarray:
@@ -258,7 +253,6 @@ class BatchTableModel(Model):
     # ---- predictions ----------------------------------------------------------------------------------
     def _targets(self, constants, N, target_loss, batch):
         """Centered target arrays: x_N, x_L (shape T), log_b (shape of batch or None), unit index (T)."""
-        enable_x64()
         if N is None or target_loss is None:
             raise ModelError(f"model {self.name!r} predicts at a model size N and a target loss "
                              f"(give N= and target_loss=)")

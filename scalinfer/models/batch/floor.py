@@ -89,9 +89,9 @@ from scalinfer.errors import ModelError
 from scalinfer.laws.batch import (batch_min_floor, batch_opt_floor, loss_noise_floor, steps_min_floor,
                                   steps_to_target_floor, tokens_min_floor)
 from scalinfer.models.base import Arrays, LossCurve
-from scalinfer.models.batch.common import (BatchTableModel, CensoredNormal, enable_x64, pooled, table_arrays,
-                                           target_key)
+from scalinfer.models.batch.common import BatchTableModel, CensoredNormal, pooled, table_arrays, target_key
 from scalinfer.runs.schema import RunTable
+from scalinfer.runtime import float64
 
 __all__ = ["BatchFloor", "FLOOR"]
 
@@ -238,7 +238,6 @@ class BatchFloor(BatchTableModel, LossCurve):
 
         A fitted size uses its own deviations, any other size new ones (see `common.unit_effect`).
         """
-        enable_x64()
         N = np.asarray(N, float)
         if np.any(~np.isfinite(N) | (N <= 0)):
             raise ModelError(f"N must be positive finite, got {N}")
@@ -256,6 +255,7 @@ class BatchFloor(BatchTableModel, LossCurve):
         shape = np.broadcast_shapes(L_inf.shape, alpha.shape)
         return {"L_inf": L_inf, "a": a, "c": c, "alpha": np.broadcast_to(alpha, shape)}
 
+    @float64  # the laws in float64, as the fit
     def predict(self, draws, constants, N=None, target_loss=None, batch=None):
         """B_min, B_opt, B_crit at (N, L*) (tokens per step); with ``batch``, steps and tokens to the target
         (``inf`` at or below B_min). Shapes (n_draws, *T) and (n_draws, *T, n_batch) as in ``batch-openai``."""
@@ -283,6 +283,7 @@ class BatchFloor(BatchTableModel, LossCurve):
             out["tokens_to_target"] = S * B
         return out
 
+    @float64
     def loss_at_tokens(self, draws, constants, N, tokens):
         """Loss reached after `tokens` on the token-efficient path (every batch its B_opt), nats/token.
 

@@ -45,6 +45,7 @@ import pandas as pd
 
 from scalinfer.laws.batch import steps_openai
 from scalinfer.models.batch.common import BatchTableModel, CensoredNormal, sample_power_law, sample_unit_scatter
+from scalinfer.runtime import float64
 
 __all__ = ["BatchOpenAI", "OPENAI"]
 
@@ -81,6 +82,7 @@ class BatchOpenAI(BatchTableModel):
         """Draws of (log S_min, log B_crit) in natural units (log steps, log tokens), shape (n_draws, *T)."""
         return self._unit_power_laws(draws, constants, N, target_loss, batch_prefix="k")
 
+    @float64  # the laws in float64, as the fit
     def predict(self, draws, constants, N=None, target_loss=None, batch=None):
         """B_crit (OpenAI's 2x-overhead batch) at (N, L*); with ``batch``, steps and tokens to the target.
 

@@ -60,8 +60,9 @@ import pandas as pd
 from scalinfer.errors import ModelError
 from scalinfer.laws.batch import wsd_piecewise_coefficients
 from scalinfer.models.base import LossCurve
-from scalinfer.models.batch.common import (BatchTableModel, CensoredNormal, enable_x64, sample_power_law,
-                                           sample_unit_scatter, target_key, unit_effect)
+from scalinfer.models.batch.common import (BatchTableModel, CensoredNormal, sample_power_law, sample_unit_scatter,
+                                           target_key, unit_effect)
+from scalinfer.runtime import float64
 
 __all__ = ["BatchWSD", "WSD", "steps_wsd_piecewise", "wsd_shape"]
 
@@ -162,6 +163,7 @@ class BatchWSD(BatchTableModel, LossCurve):
         """Draws of (log S_opt, log B_opt) in natural units (log steps, log tokens), shape (n_draws, *T)."""
         return self._unit_power_laws(draws, constants, N, target_loss, batch_prefix="b")
 
+    @float64  # the laws in float64, as the fit
     def predict(self, draws, constants, N=None, target_loss=None, batch=None):
         """B_min (smallest batch that reaches L*), B_opt (fewest tokens), B_crit (OpenAI's E_min / S_min) at
         (N, L*); with ``batch``, steps and tokens to the target (``inf`` at or below B_min).
@@ -183,13 +185,13 @@ class BatchWSD(BatchTableModel, LossCurve):
             out["tokens_to_target"] = S * B
         return out
 
+    @float64
     def loss_at_tokens(self, draws, constants, N, tokens):
         """Target loss whose fewest tokens E_min(N, L*) equal `tokens` (nats/token), (n_draws, *T).
 
         log E_min is linear in log L* here (the sum of the S_opt and B_opt power laws), so this inverts
         in closed form; a new unit's deviations enter as at any unfitted (N, L*).
         """
-        enable_x64()
         N, T = np.broadcast_arrays(np.asarray(N, float), np.asarray(tokens, float))
         x_N = np.log(N) - constants["m_N"]
         g = lambda k: np.asarray(draws[k]).reshape(-1, *([1] * x_N.ndim))  # noqa: E731
