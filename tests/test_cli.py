@@ -105,3 +105,9 @@ def test_console_script_subprocess(fit_file):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "loss" in json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("command, listed", [("fit", "gemstones"), ("plot", "trace"), ("schedule", "cosine")])
+def test_help_lists_the_choices(command, listed):
+    r = run_cli(command, "--help")
+    assert r.code == 0 and listed in r.out, r.out
