@@ -1,4 +1,4 @@
-"""The ``surface`` model (scalinfer/models/surface.py) written in PyMC, for the nutpie comparison of
+"""The ``surface`` model (scalinfer/models/surface/) written in PyMC, for the nutpie comparison of
 benchmarks/fit_speed.py (issue #8).
 
 It takes the arrays and constants of ``scalinfer.models.surface.MODEL.with_options(size_scatter=False)
@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-P_MIN, P_SPAN = 0.5, 3.5  # as scalinfer.models.surface._P_MIN, _P_SPAN
+P_MIN, P_SPAN = 0.5, 3.5  # as scalinfer.models.surface.PRIORS.p_min, p_span
 
 
 def _valley(pt, offset, log_c, delta, p):
-    """scalinfer.models.surface._valley in PyTensor."""
+    """scalinfer.laws.lr.valley in PyTensor."""
     log_curv = pt.switch(pt.lt(offset, 0.0), log_c - delta, log_c + delta)
     return pt.exp(log_curv) * (2.0 / p) * pt.expm1(0.5 * p * pt.log1p(offset * offset))
 

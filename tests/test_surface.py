@@ -137,7 +137,7 @@ def test_censored_runs_change_the_posterior():
     def above(fit) -> float:
         k, q = fit.constants, _data(fit)
         mu, _ = surface_terms(_setting_draws(fit), q["n_s"], q["d_s"], d["s_cens"], (log_lr - k["m_lr"])[None],
-                              (log_b - k["m_b"])[None], q["size_s"])
+                              (log_b - k["m_b"])[None], q["size_s"] if k["size_scatter"] else None)
         return float(np.mean(np.asarray(mu)[0] + k["m_y"] > level))
 
     assert above(with_c) >= 0.9 and above(with_c) >= above(without), (above(with_c), above(without))

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from scalinfer.errors import ModelError
+from scalinfer.laws.lr import log_lr_opt_at_batch
 from scalinfer.plots.style import COLORS, band, label_axes, log_ticks, new_figure, shade_extrapolation
 
 __all__ = ["KINDS", "law_figure", "valley_figure", "ppc_figure"]
@@ -132,10 +133,10 @@ def _ridge_factor(fit, best) -> np.ndarray:
     from scalinfer.models.surface import setting_values
 
     data, p = _data(fit), _setting_draws(fit)
-    z_star = np.median(np.asarray(setting_values(p, data["n_s"], data["d_s"], data.get("size_s"))["z_star"]), axis=0)
+    z_star = np.median(np.asarray(setting_values(p, data["n_s"], data["d_s"], _size_s(fit, data))["z_star"]), axis=0)
     k1, k2 = float(np.median(p["kappa1"])), float(np.median(p["kappa2"]))
-    dz = np.log(best["batch_tokens"].to_numpy(float)) - fit.constants["m_b"] - z_star[best["_s"].to_numpy(int)]
-    return np.exp(-(k1 * dz + 0.5 * k2 * dz * dz))
+    z_run = np.log(best["batch_tokens"].to_numpy(float)) - fit.constants["m_b"]
+    return np.exp(-np.asarray(log_lr_opt_at_batch(z_run, 0.0, z_star[best["_s"].to_numpy(int)], k1, k2)))
 
 
 def _surface_only(fit):
@@ -147,7 +148,7 @@ def _setting_draws(fit, max_draws: int = _MAX_DRAWS):
     """Thinned posterior draws as the surface functions take them (scalars (n, 1), offsets (n, S))."""
     from scalinfer.models.surface import SCALARS, SETTING, SIZE
 
-    sizes = [k for k in SIZE if k in fit.posterior]  # with size scatter: each size's levels (n, M)
+    sizes = list(SIZE) if fit.constants.get("size_scatter") else []  # each size's levels (n, M)
     d = fit.draws(list(SCALARS) + list(SETTING) + sizes)
     n = len(d["a0"])
     keep = np.linspace(0, n - 1, min(n, max_draws)).astype(int)
@@ -155,6 +156,11 @@ def _setting_draws(fit, max_draws: int = _MAX_DRAWS):
     p.update({k: np.asarray(d[k])[keep] for k in sizes})
     p.update({k: np.asarray(d[k])[keep] for k in SETTING})
     return p
+
+
+def _size_s(fit, data: dict[str, np.ndarray]) -> np.ndarray | None:
+    """Each setting's model size for a fit with size scatter, else None (the fit's constant says which)."""
+    return data["size_s"] if fit.constants.get("size_scatter") else None
 
 
 def _data(fit) -> dict[str, np.ndarray]:
@@ -187,7 +193,7 @@ def valley_figure(fit, axis: str = "lr", ncols: int = 4, ci: tuple[float, ...] =
     if axis not in ("lr", "batch"):
         raise ModelError(f"axis must be 'lr' or 'batch', not {axis!r}")
     c, data, p = fit.constants, _data(fit), _setting_draws(fit)
-    n_s, d_s, size_s = data["n_s"], data["d_s"], data.get("size_s")
+    n_s, d_s, size_s = data["n_s"], data["d_s"], _size_s(fit, data)
     S = len(n_s)
     labels = _setting_labels(fit)
     nrows = int(np.ceil(S / ncols))
@@ -217,8 +223,7 @@ def valley_figure(fit, axis: str = "lr", ncols: int = 4, ci: tuple[float, ...] =
             grid_z = np.linspace(zs.min() - 0.2, zs.max() + 0.2, 80)
             # loss at the best LR of each batch: on the ridge, where the LR valley is zero
             v = {k: a[:, s:s + 1] for k, a in setting_values(p, n_s, d_s, size_s).items()}
-            dz = grid_z[None] - v["z_star"]
-            ridge = v["x_star"] + v["kappa1"] * dz + 0.5 * p["kappa2"] * dz * dz
+            ridge = log_lr_opt_at_batch(grid_z[None], v["x_star"], v["z_star"], v["kappa1"], p["kappa2"])
             mu, _ = surface_terms(p, n_s, d_s, np.full(grid_z.shape, s), ridge, grid_z[None], size_s)
             grid, pts_x, pts_y = np.exp(c["m_b"] + grid_z), np.exp(c["m_b"] + zs), env
             dv_x = np.zeros(0)
@@ -249,7 +254,7 @@ def ppc_figure(fit, seed: int = 0, max_points: int = 2000):
     _surface_only(fit)
     c, data, p = fit.constants, _data(fit), _setting_draws(fit)
     mu, excess = surface_terms(p, data["n_s"], data["d_s"], data["s_obs"], data["x_obs"][None], data["z_obs"][None],
-                               data.get("size_s"))
+                               _size_s(fit, data))
     mu, excess = np.asarray(mu), np.asarray(excess)
     scale = p["sigma0"] + p["sigma1"] * excess
     rng = np.random.default_rng(seed)

@@ -1,0 +1,83 @@
+r"""The surface's mean log loss at runs, built from the laws of `scalinfer.laws.lr` and `scalinfer.laws.batch`.
+
+With x = log eta - m_eta, z = log B - m_B and y = log loss - m_y (natural logs, centered), a run of setting s:
+
+.. math::
+
+    y = \ell_s + V_\eta(u) + V_B(v), \qquad v = z - z^*_s, \qquad
+    u = x - \big(x^*_s + \kappa_1 v + \tfrac12 \kappa_2 v^2\big)
+
+the LR valley V_eta (`scalinfer.laws.lr.valley`) around the LR-batch ridge
+(`scalinfer.laws.lr.log_lr_opt_at_batch`), and the batch valley V_B around B*. Each valley's log curvature
+follows its own law, :math:`\log C_\pm = c_0 + c_N \tilde n + c_D \tilde d \mp \delta`; delta and the
+exponent p are shared. The laws at scaled (n, d) (`laws`):
+
+.. math::
+
+    x^* = a_0 + a_N \tilde n + a_D \tilde d, \quad z^* = b_0 + b_N \tilde n + b_D \tilde d, \quad
+    \ell = g_0 + g_N \tilde n + g_D \tilde d
+
+and a setting's optimum sits off them by tau * eps_s (and, with size scatter, by its size's level:
+`scalinfer.models.surface.size_scatter`); its loss level ell_s is sampled around the loss law.
+
+Parameters come as a dict `p` of arrays; scalars may carry leading batch dims (e.g. (n_draws, 1)) that
+broadcast against the per-setting (..., S) and per-run arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scalinfer.laws.batch import log_batch_opt_law
+from scalinfer.laws.lr import log_lr_opt_at_batch, log_lr_opt_law, valley
+from scalinfer.models.surface.priors import PRIORS
+from scalinfer.models.surface.size_scatter import size_offsets
+
+__all__ = ["laws", "setting_values", "surface_terms", "surface_at"]
+
+
+def laws(p: dict[str, Any], n, d) -> dict[str, Any]:
+    """The population laws at scaled (n, d): log eta* - m_lr (``x_star``), log B* - m_B (``z_star``), log L* - m_y
+    (``ell``) and the valleys' log curvatures (``log_c_lr``, ``log_c_b``), before any setting's own deviation."""
+    return {
+        "x_star": log_lr_opt_law(n, d, p["a0"], p["a_N"], p["a_D"]),
+        "z_star": log_batch_opt_law(n, d, p["b0"], p["b_N"], p["b_D"]),
+        "ell": p["g0"] + p["g_N"] * n + p["g_D"] * d,
+        "log_c_lr": p["c_lr0"] + p["c_lr_N"] * n + p["c_lr_D"] * d,
+        "log_c_b": p["c_b0"] + p["c_b_N"] * n + p["c_b_D"] * d,
+    }
+
+
+def setting_values(p: dict[str, Any], n_s, d_s, size_s=None) -> dict[str, Any]:
+    """Each fitted setting's optimum, loss level and valley shape, shape (..., S). `size_s`: each setting's model
+    size with size scatter, else None."""
+    law = laws(p, n_s, d_s)
+    off = size_offsets(p, n_s, size_s)
+    return {"x_star": law["x_star"] + off["x_star"] + p["tau_lr"] * p["eps_lr"],
+            "z_star": law["z_star"] + off["z_star"] + p["tau_b"] * p["eps_b"],
+            "ell": p["ell"], "log_c_lr": law["log_c_lr"], "log_c_b": law["log_c_b"],
+            "kappa1": p["kappa1"] + 0.0 * p["ell"]}
+
+
+def surface_terms(p: dict[str, Any], n_s, d_s, s, x, z, size_s=None):
+    """The surface at runs (x, z) of settings ``s``: (mean log loss - m_y, excess over the optimum).
+
+    Parameters
+    ----------
+    p : parameters: the scalars, and the per-setting ones (``eps_lr``, ``eps_b``, ``ell``) of shape (..., S).
+    n_s, d_s : scaled log N and log D of each setting, shape (S,).
+    s : setting index of each run (int array).
+    x, z : log LR - m_lr and log batch - m_B of each run.
+    size_s : each setting's model size, with size scatter (else None).
+    """
+    v = {name: a[..., s] for name, a in setting_values(p, n_s, d_s, size_s).items()}
+    return surface_at(p, v, x, z)
+
+
+def surface_at(p, v, x, z):
+    """(mean log loss - m_y, excess over the optimum) at (x, z) for per-point setting values `v` (see
+    `setting_values`)."""
+    ridge = log_lr_opt_at_batch(z, v["x_star"], v["z_star"], v["kappa1"], p["kappa2"])
+    excess = (valley(x - ridge, v["log_c_lr"], p["delta_lr"], PRIORS.p(p["p_lr_unit"]))
+              + valley(z - v["z_star"], v["log_c_b"], p["delta_b"], PRIORS.p(p["p_b_unit"])))
+    return v["ell"] + excess, excess

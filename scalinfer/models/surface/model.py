@@ -1,0 +1,409 @@
+r"""``surface``: one posterior over the loss surface in (N, D, LR, batch) (MATH.md sections 3, 4 and 7).
+
+Every run enters the likelihood, optimal or not, converged or diverged. Runs are grouped in *settings*
+s = (N, D[, group]); each setting has a joint optimum (eta*_s, B*_s) and a loss there, L*_s.
+
+The surface
+-----------
+With x = log eta (peak learning rate), z = log B (batch in tokens) and y = log loss (nats/token), all
+centered on the data's middles (`scalinfer.models.surface.loss`):
+
+.. math::
+
+    y = \ell_s + V_\eta(u) + V_B(v), \qquad v = z - z^*_s, \qquad
+    u = x - \big(x^*_s + \kappa_1 v + \tfrac12 \kappa_2 v^2\big)
+
+- the batch valley :math:`V_B(v) = C^B_\pm \tfrac{2}{p_B}\big((1 + v^2)^{p_B/2} - 1\big)` around the
+  loss-optimal batch z*_s, and the LR valley V_eta of the same form (`scalinfer.laws.lr.valley`): C v^2 near
+  the optimum, a power |v|^p far from it, smooth everywhere;
+- the LR valley sits around the optimal LR *at that batch*, the LR-batch ridge
+  (`scalinfer.laws.lr.log_lr_opt_at_batch`); at z = z*_s it passes through x*_s, so (x*_s, z*_s) is the
+  joint optimum of the setting and :math:`\ell_s` the log loss there;
+- each valley has its own curvature below (C_-) and above (C_+) the optimum,
+  :math:`\log C_\pm = c_0 + c_N \tilde n + c_D \tilde d \mp \delta`, and its own far-field exponent p in
+  (0.5, 4). The curvatures, delta, p and the ridge (kappa_1, kappa_2) are shared by all settings.
+
+The laws
+--------
+With :math:`\tilde n = (\log N - m_N)/h_N`, :math:`\tilde d = (\log D - m_D)/h_D` in [-1, 1]:
+
+.. math::
+
+    x^*_s &= m_\eta + a_0 + a_N \tilde n_s + a_D \tilde d_s + \tau_\eta\, \epsilon^\eta_s \\
+    z^*_s &= m_B + b_0 + b_N \tilde n_s + b_D \tilde d_s + \tau_B\, \epsilon^B_s \\
+    \ell_s &\sim \mathcal N(m_y + g_0 + g_N \tilde n_s + g_D \tilde d_s,\; \tau_L),
+    \qquad \epsilon_s \sim \mathcal N(0, 1)
+
+i.e. eta*(N, D) = c N^alpha D^beta (`scalinfer.laws.lr.log_lr_opt_law`), B*(N, D) = c_B N^alpha_B D^beta_B
+(`scalinfer.laws.batch.log_batch_opt_law`) and L*(N, D) = c_L N^alpha_L D^beta_L, with partial pooling: each
+setting's optimum sits off the law by a non-centered offset tau * epsilon_s, and its loss level off the loss
+law by a centered one (a setting's runs pin its loss level far tighter than tau_L). The natural exponents are
+the scaled slopes over h (``lr_opt_exp_N = a_N / h_N``...), reported by `Surface.derived`. The loss law is
+local (no Chinchilla floor): with per-setting offsets it only carries L* to the target, and says how well
+through tau_L.
+
+With size scatter (the option ``size_scatter``) each model size (distinct N) also sits off the laws by a level
+of its own, so a prediction at a new N carries how far a new size sits off them
+(`scalinfer.models.surface.size_scatter`). Predictions are for a new setting
+(`scalinfer.models.surface.predict`).
+
+Likelihood
+----------
+Converged runs: :math:`y_i \sim t_\nu(\mu_i, \sigma_i)` with :math:`\sigma_i = \sigma_0 + \sigma_1
+(V_\eta + V_B)`: a noise floor plus a misfit that grows with distance from the optimum (the valleys' shape is
+least exact far from it). The Student-t keeps the odd loss spike from bending the valleys.
+
+Diverged runs (`scalinfer.models.surface.data`) are *censored*: their loss had the run converged is only
+known to exceed a level c_i. Each adds :math:`\log P(y_i > \log c_i) = \log \Phi((\mu_i - \log c_i)/\sigma_i)`
+as the observed site ``obs_censored`` (`Exceeds`: "it diverged" is 1 with that probability). The tail is
+Gaussian because JAX cannot differentiate the t CDF in nu.
+
+Priors: `scalinfer.models.surface.priors`.
+
+Geometry: the fit starts from a per-setting point estimate (`Surface.init_values`) refined to the joint mode;
+NUTS then runs on coordinates scaled by the Laplace standard deviations, with a dense mass matrix for the
+correlation that is left (between the laws' intercepts and the curvatures).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pandas as pd
+
+from scalinfer.errors import ModelError
+from scalinfer.models.base import Arrays, Model
+from scalinfer.models.surface import predict as _predict
+from scalinfer.models.surface import simulate as _simulate
+from scalinfer.models.surface.data import DIVERGENCE_RATIO, diverged_mask, prepare_runs
+from scalinfer.models.surface.loss import laws, surface_terms
+from scalinfer.models.surface.priors import LAW_N, PRIORS, SETTING, SIZE, SIZE_PRIOR
+from scalinfer.models.surface.size_scatter import (IsotropicStudentT, SmallNormal, law_given_levels, size_basis,
+                                                   size_line_scale, size_offsets)
+from scalinfer.runs.schema import RunTable
+
+if TYPE_CHECKING:
+    from scalinfer.inference.fit import Fit
+
+__all__ = ["Surface", "MODEL", "Exceeds", "surface_model"]
+
+
+class Exceeds(dist.Distribution):
+    """1 ("the loss exceeded its level") with probability Phi(z), else 0: log_prob is log Phi(+-z).
+
+    A Bernoulli with logits log Phi(z) - log Phi(-z) has the same probabilities, but evaluates two `log_ndtr` and a
+    softplus where this evaluates one `log_ndtr`."""
+
+    arg_constraints = {"z": dist.constraints.real}
+    support = dist.constraints.boolean
+
+    def __init__(self, z, *, validate_args=None):
+        self.z = z
+        super().__init__(batch_shape=jnp.shape(z), validate_args=validate_args)
+
+    def sample(self, key, sample_shape=()):
+        eps = jax.random.normal(key, sample_shape + self.batch_shape)
+        return (eps < self.z).astype(jnp.int32)
+
+    def log_prob(self, value):
+        return jax.scipy.special.log_ndtr(jnp.where(value == 1, self.z, -self.z))
+
+
+def _size_levels(p: dict[str, Any], n_size, h_N: float, ft) -> None:
+    """Size scatter's sites for each law (`scalinfer.models.surface.size_scatter`): the levels A of the M sizes
+    and, from its exact conditional given them, the law's intercept and N slope (into `p`)."""
+    Q, R, Q_perp = size_basis(n_size)
+    # in the potential's float type (cast by NumPy: a JAX cast of a constant is an operation compiled on its own)
+    Q, Q_perp = (np.asarray(a, ft) for a in (Q, Q_perp))
+    k = Q_perp.shape[1]  # the sizes' residual directions about their least-squares line: M - 2
+    for v, (alpha, beta) in SIZE_PRIOR.items():
+        k0, kN, s0, sN = LAW_N[v]
+        # the residuals, tau integrated out: N(0, tau^2 I) under tau^2 ~ InvGamma(alpha, beta)
+        r = numpyro.sample(f"{v}_size_resid", IsotropicStudentT(
+            2.0 * alpha, k, float(np.sqrt(beta / alpha)))) if k else np.zeros(0, ft)
+        # tau from its exact conditional given them
+        u = numpyro.sample(f"{v}_size_u", dist.Gamma(alpha + 0.5 * k, 1.0))
+        tau = p[f"tau_{v}_size"] = numpyro.deterministic(f"tau_{v}_size", jnp.sqrt((beta + 0.5 * r @ r) / u))
+        # the levels along the law's directions, centered (the data pin them)
+        line = numpyro.sample(f"{v}_size_line", SmallNormal(
+            np.zeros(Q.shape[1], ft), scale_tril=size_line_scale(R, s0, sN * h_N, tau)))
+        A = p[f"{v}_size"] = numpyro.deterministic(f"{v}_size", Q @ line + Q_perp @ r)
+        law_std = numpyro.sample(f"{v}_law_std", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+        law = law_given_levels(A, law_std, n_size, s0, sN * h_N, tau)
+        p[k0] = numpyro.deterministic(k0, law[0])
+        p[kN] = numpyro.deterministic(kN, law[1])
+
+
+def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, s_cens=None, x_cens=None,
+                  z_cens=None, log_level=None, diverged_obs=None, h_N=1.0, h_D=1.0, size_scatter=False):
+    """The NumPyro model of the surface (the module docstring's math; priors from `PRIORS`)."""
+    pr = PRIORS
+    p: dict[str, Any] = {}
+    # the laws of eta* and B*; with size scatter their intercepts and N slopes come from the sizes' levels
+    if not size_scatter:
+        p["a0"] = numpyro.sample("a0", dist.Normal(0.0, pr.optimum_sd))
+        p["b0"] = numpyro.sample("b0", dist.Normal(0.0, pr.optimum_sd))
+    for k, h in (("a_N", h_N), ("a_D", h_D), ("b_N", h_N), ("b_D", h_D)):
+        if not (size_scatter and k in ("a_N", "b_N")):
+            p[k] = numpyro.sample(k, dist.Normal(0.0, pr.optimum_exponent_sd * h))
+    # the LR-batch ridge
+    p["kappa1"] = numpyro.sample("kappa1", dist.Normal(*pr.kappa1))
+    p["kappa2"] = numpyro.sample("kappa2", dist.Normal(0.0, pr.kappa2_sd))
+    # the loss law
+    if not size_scatter:
+        p["g0"] = numpyro.sample("g0", dist.Normal(0.0, pr.loss_sd))
+        p["g_N"] = numpyro.sample("g_N", dist.Normal(0.0, pr.loss_exponent_sd * h_N))
+    p["g_D"] = numpyro.sample("g_D", dist.Normal(0.0, pr.loss_exponent_sd * h_D))
+    # the valleys: log curvature law, asymmetry, far-field exponent
+    for v in ("lr", "b"):
+        p[f"c_{v}0"] = numpyro.sample(f"c_{v}0", dist.Normal(*pr.log_curvature))
+        p[f"c_{v}_N"] = numpyro.sample(f"c_{v}_N", dist.Normal(0.0, pr.curvature_exponent_sd * h_N))
+        p[f"c_{v}_D"] = numpyro.sample(f"c_{v}_D", dist.Normal(0.0, pr.curvature_exponent_sd * h_D))
+        p[f"delta_{v}"] = numpyro.sample(f"delta_{v}", dist.Normal(0.0, pr.delta_sd))
+        p[f"p_{v}_unit"] = numpyro.sample(f"p_{v}_unit", dist.Beta(*pr.p_beta))
+    # the settings' scatter about the laws
+    p["tau_lr"] = numpyro.sample("tau_lr", dist.HalfNormal(pr.tau_optimum_sd))
+    p["tau_b"] = numpyro.sample("tau_b", dist.HalfNormal(pr.tau_optimum_sd))
+    tau_loss = numpyro.sample("tau_loss", dist.HalfNormal(pr.tau_loss_sd))
+    if size_scatter:
+        _size_levels(p, n_size, h_N, jnp.result_type(tau_loss))
+    sigma0 = numpyro.sample("sigma0", dist.HalfNormal(pr.sigma0_sd))
+    sigma1 = numpyro.sample("sigma1", dist.HalfNormal(pr.sigma1_sd))
+    nu = numpyro.sample("nu", dist.Gamma(*pr.nu))
+    size_s = size_s if size_scatter else None
+    loss_law = laws(p, n_s, d_s)["ell"] + size_offsets(p, n_s, size_s)["ell"]
+    with numpyro.plate("setting", n_s.shape[0]):
+        # non-centered offsets of the optimum (a setting's runs pin tau * eps, not eps); the loss level centered
+        p["eps_lr"] = numpyro.sample("eps_lr", dist.Normal(0.0, 1.0))
+        p["eps_b"] = numpyro.sample("eps_b", dist.Normal(0.0, 1.0))
+        p["ell"] = numpyro.sample("ell", dist.Normal(loss_law, tau_loss))
+    mu, excess = surface_terms(p, n_s, d_s, s_obs, x_obs, z_obs, size_s)
+    with numpyro.plate("run", x_obs.shape[0]):
+        numpyro.sample("obs", dist.StudentT(nu, mu, sigma0 + sigma1 * excess), obs=log_loss)
+    if x_cens is not None and x_cens.shape[0] > 0:
+        mu_c, excess_c = surface_terms(p, n_s, d_s, s_cens, x_cens, z_cens, size_s)
+        z = (mu_c - log_level) / (sigma0 + sigma1 * excess_c)
+        with numpyro.plate("diverged_run", x_cens.shape[0]):
+            numpyro.sample("obs_censored", Exceeds(z), obs=diverged_obs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Surface(Model):
+    """The hierarchical loss surface over (N, D, LR, batch); see the module docstring for the math.
+
+    Parameters
+    ----------
+    divergence_ratio : a finite loss above this multiple of its setting's best converged loss counts as a
+        diverged (censored) run.
+    n_kind : ``"total"`` or ``"active"``: for MoE tables with both ``N_total`` and ``N_active``, which one is N
+        (None: the table's ``N`` as loaded, see ``load_runs(n_kind=...)``).
+    size_scatter : each model size (distinct N) sits off the laws by its own level, so a prediction at a new N
+        carries that scatter. None (default): on when the table has two or more sizes (with one, the N
+        exponents are the prior's, which dwarfs a size's scatter at any other N). `prepare` resolves it once,
+        into the constant ``size_scatter`` (0 or 1), which every later step (and a reloaded fit) reads.
+    """
+
+    divergence_ratio: float = DIVERGENCE_RATIO
+    n_kind: str | None = None
+    size_scatter: bool | None = None
+
+    name = "surface"
+    version = "1"
+    table_kind = "runs"
+    required_columns = ("N", "D", "loss", "lr", "batch_tokens")
+    #: every input is a centered log and every sampled parameter O(1), so float32 loses nothing NUTS can see
+    potential_dtype = "float32"
+    predicts = {"lr_opt": "peak learning rate", "batch_opt": "tokens", "loss_opt": "nats/token",
+                "lr_opt_at_batch": "peak learning rate", "loss": "nats/token"}
+    targets = ("N", "D", "lr", "batch")
+    observed = ("log_loss", "diverged_obs")
+    dims = {**{k: ["setting"] for k in SETTING}, **{k: ["size"] for k in SIZE},
+            **{f"{v}_size_line": ["law_dir"] for v in LAW_N}, **{f"{v}_size_resid": ["size_resid"] for v in LAW_N},
+            **{f"{v}_law_std": ["law_coef"] for v in LAW_N}}
+
+    def __post_init__(self):
+        if not (np.isfinite(self.divergence_ratio) and self.divergence_ratio > 1):
+            raise ModelError(f"divergence_ratio must be a number above 1, got {self.divergence_ratio!r}")
+        if self.n_kind not in (None, "total", "active"):
+            raise ModelError(f"n_kind must be 'total' or 'active', got {self.n_kind!r}")
+        if self.size_scatter is not None and not isinstance(self.size_scatter, bool):
+            raise ModelError(f"size_scatter must be True, False or None (on with two or more model sizes), got "
+                             f"{self.size_scatter!r}")
+
+    # ---- data -------------------------------------------------------------------------------------------
+    def prepare(self, runs: RunTable) -> tuple[Arrays, dict[str, float]]:
+        """Run table -> (data, constants) (`scalinfer.models.surface.data.prepare_runs`)."""
+        self.check(runs)
+        return prepare_runs(runs, self.divergence_ratio, self.n_kind, self.size_scatter)
+
+    def diverged_mask(self, df: pd.DataFrame, s_idx: np.ndarray) -> np.ndarray:
+        """Runs treated as diverged: flagged, non-finite loss, or loss > divergence_ratio x setting best."""
+        return diverged_mask(df, s_idx, self.divergence_ratio)
+
+    def coords(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
+        out = {"setting": np.arange(len(data["n_s"]))}
+        if constants["size_scatter"]:
+            M = len(data["n_size"])
+            out.update(size=np.arange(M), law_coef=["intercept", "N"], law_dir=np.arange(min(M, 2)),
+                       size_resid=np.arange(max(M - 2, 0)))
+        return out
+
+    # ---- the NumPyro model ---------------------------------------------------------------------------------
+    def model(self, **kwargs: Any) -> None:
+        """`surface_model` of `model_kwargs`."""
+        surface_model(**kwargs)
+
+    def model_kwargs(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
+        # the sizes' scaled log N as a tuple: static, so the law's QR is computed once when the program is built
+        return {**data, "h_N": constants["h_N"], "h_D": constants["h_D"],
+                "size_scatter": bool(constants["size_scatter"]),
+                "n_size": tuple(float(v) for v in data["n_size"])}
+
+    def init_values(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
+        """Per-setting best runs regressed on (n, d): rough laws for eta*, B*, L*; offsets from the residuals."""
+        S = len(data["n_s"])
+        s, x, z, y = data["s_obs"], data["x_obs"], data["z_obs"], data["log_loss"]
+        best = np.array([np.flatnonzero(s == k)[np.argmin(y[s == k])] if np.any(s == k) else -1 for k in range(S)])
+        have = best >= 0
+        X = np.column_stack([np.ones(S), data["n_s"], data["d_s"]])[have]
+        out: dict[str, Any] = {}
+        for target, (c0, cN, cD), tau, eps in ((x, ("a0", "a_N", "a_D"), 0.3, "eps_lr"),
+                                               (z, ("b0", "b_N", "b_D"), 0.3, "eps_b"),
+                                               (y, ("g0", "g_N", "g_D"), 1.0, "ell")):
+            coef, *_ = np.linalg.lstsq(X, target[best[have]], rcond=None)
+            coef = np.where(np.isfinite(coef), coef, 0.0)
+            out.update({c0: coef[0], cN: coef[1], cD: coef[2]})
+            resid = np.zeros(S)
+            resid[have] = target[best[have]] - X @ coef
+            out[eps] = np.clip(resid / tau, -2.5, 2.5)
+        out["ell"] = out["ell"] + np.column_stack([np.ones(S), data["n_s"], data["d_s"]]) @ [
+            out["g0"], out["g_N"], out["g_D"]]
+        if constants["size_scatter"]:  # each size on the regressed law (no residuals), u at its mean
+            Q, _, Q_perp = size_basis(data["n_size"])
+            k = Q_perp.shape[1]
+            for v, (k0, kN, _, _) in LAW_N.items():
+                if k:
+                    out[f"{v}_size_resid"] = np.zeros(k)
+                out[f"{v}_size_u"] = SIZE_PRIOR[v][0] + 0.5 * k
+                out[f"{v}_size_line"] = Q.T @ (out.pop(k0) + out.pop(kN) * data["n_size"])
+                out[f"{v}_law_std"] = np.zeros(2)  # the law then at its conditional mean (not a sampled site)
+        out.update({"tau_lr": 0.3, "tau_b": 0.3, "tau_loss": 0.01, "kappa1": 0.5, "kappa2": 0.0,
+                    "c_lr0": -4.0, "c_lr_N": 0.0, "c_lr_D": 0.0, "delta_lr": 0.5, "p_lr_unit": 0.33,
+                    "c_b0": -4.0, "c_b_N": 0.0, "c_b_D": 0.0, "delta_b": 0.0, "p_b_unit": 0.33,
+                    "sigma0": 0.003, "sigma1": 0.2, "nu": 5.0})
+        return {k: np.asarray(v, dtype=float) for k, v in out.items()}
+
+    # ---- natural-scale parameters ----------------------------------------------------------------------------
+    def derived(self, draws: Arrays, c: dict[str, float]) -> Arrays:
+        """Natural exponents and prefactors of the three laws: eta* = lr_opt_coef N^lr_opt_exp_N D^lr_opt_exp_D
+        (at B*), B* (tokens) and L* (nats/token) likewise; the valley exponents and curvature ratios."""
+        out = {}
+        for law, (k0, kN, kD), m in (("lr_opt", ("a0", "a_N", "a_D"), c["m_lr"]),
+                                     ("batch_opt", ("b0", "b_N", "b_D"), c["m_b"]),
+                                     ("loss_opt", ("g0", "g_N", "g_D"), c["m_y"])):
+            eN, eD = draws[kN] / c["h_N"], draws[kD] / c["h_D"]
+            out[f"{law}_exp_N"], out[f"{law}_exp_D"] = eN, eD
+            out[f"{law}_log_coef"] = m + draws[k0] - eN * c["m_N"] - eD * c["m_D"]
+        out["p_lr"] = PRIORS.p(draws["p_lr_unit"])
+        out["p_b"] = PRIORS.p(draws["p_b_unit"])
+        out["lr_curvature_ratio"] = np.exp(2 * draws["delta_lr"])
+        out["batch_curvature_ratio"] = np.exp(2 * draws["delta_b"])
+        return out
+
+    def fit_warnings(self, fit: Fit) -> list[str]:
+        out = []
+        if fit.method == "laplace":
+            # the Gaussian at the joint mode misplaces tau_lr and its covariance (benchmarks/README.md)
+            out.append("method=laplace on this hierarchical model: the Gaussian at the joint mode misplaces the "
+                       "settings' scatter (tau_lr, tau_b) and so the width of predictions at a new setting; "
+                       "use it for a first look only, and nuts for intervals")
+        c = fit.constants
+        k = int(c.get("n_censored_by_ratio", 0))
+        if k:
+            out.append(f"{k} run(s) with a finite loss above {c['divergence_ratio']:g}x their setting's best were "
+                       "treated as diverged (censored), not as losses (option divergence_ratio)")
+        if c.get("min_N") == c.get("max_N"):
+            out.append("every run has the same N: the N exponents are the prior's, predictions at another N are "
+                       "not informed by the data")
+        if c.get("min_D") == c.get("max_D"):
+            out.append("every run has the same D: the D exponents are the prior's, predictions at another D are "
+                       "not informed by the data")
+        return out
+
+    # ---- predictions -----------------------------------------------------------------------------------------
+    def predict(self, draws: Arrays, constants: dict[str, float], N=None, D=None, lr=None, batch=None,
+                seed: int = 0) -> Arrays:
+        """Posterior draws at targets, for a new setting (its own offsets drawn from the population;
+        `scalinfer.models.surface.predict`).
+
+        With size scatter, a target N within 0.5% of a fitted model size's N is that size: the new setting sits
+        around the size's fitted level (a longer run of a model you trained); any other N is a new size, which
+        draws its own level around the laws.
+
+        Parameters
+        ----------
+        draws : posterior draws (flattened over chains).
+        constants : the fit's centering constants.
+        N, D : target non-embedding parameters (as fitted: total or active for MoE) and training tokens.
+        lr : a proposed peak learning rate: adds ``loss`` there (at ``batch`` if given, else at each draw's B*).
+        batch : a batch in tokens: adds ``lr_opt_at_batch`` (the best LR at that batch) and, with ``lr``,
+            ``loss``.
+        seed : for the new setting's offsets (fixed, so repeated calls agree). With a single draw (a point
+            estimate: ``method="map"``) the offsets are 0, so the answer is the laws' value at that point.
+
+        Returns
+        -------
+        dict with arrays (n_draws, *broadcast target shape): ``lr_opt`` (optimal peak LR at ``batch_opt``),
+        ``batch_opt`` (the loss-optimal batch at fixed (N, D), tokens), ``loss_opt`` (nats/token at that joint
+        optimum), and as asked ``lr_opt_at_batch``, ``loss``.
+        """
+        return _predict.predict(draws, constants, N=N, D=D, lr=lr, batch=batch, seed=seed)
+
+    def extrapolation(self, constants: dict[str, float], N=None, D=None, lr=None, batch=None) -> dict[str, Any]:
+        """Target N and D over the largest fitted (N_ratio, D_ratio > 1: beyond the data); with size scatter also
+        ``fitted_size``: 1 where the target N is a fitted model size's (its level is used), 0 for a new size."""
+        out = super().extrapolation(constants, N=N, D=D)
+        if constants.get("size_scatter") and N is not None:
+            log_Nm = _predict.fitted_log_N(constants)
+            out["fitted_size"] = (_predict.fitted_size(log_Nm, np.asarray(N, float)) < len(log_Nm)).astype(float)
+        return out
+
+    def predict_warnings(self, constants: dict[str, float], N=None, **targets: Any) -> list[str]:
+        """Without size scatter, a target N that is not a fitted size's: its intervals leave out how far a new
+        size sits off the law in N."""
+        if constants.get("size_scatter") or N is None or constants.get("min_N") == constants.get("max_N"):
+            return []  # (one fitted N: `fit_warnings` already says that N is the prior's)
+        N = np.asarray(N, float)
+        log_Nm = _predict.fitted_log_N(constants)
+        new = np.unique(N[_predict.fitted_size(log_Nm, N) == len(log_Nm)])
+        if not new.size:
+            return []
+        which = f"N = {new[0]:.3g}" + (f" and {new.size - 1} other N" if new.size > 1 else "")
+        return [f"{which}: not a fitted model size. This fit takes every size to sit on the power law in N, so "
+                "its intervals there leave out how far a new size sits off it (on Step Law, held-out sizes' best "
+                "LR fell inside 8 of 13 such 90% intervals, 12 of 13 with size scatter); refit with "
+                "--size-scatter (Python: size_scatter=True) for intervals that carry it"]
+
+    # ---- simulation -----------------------------------------------------------------------------------------
+    def true_params(self) -> dict[str, float]:
+        """A Step-Law-like truth (`scalinfer.models.surface.simulate.TRUE_PARAMS`)."""
+        return dict(_simulate.TRUE_PARAMS)
+
+    def default_design(self, seed: int = 0) -> pd.DataFrame:
+        """A Step-Law-shaped grid: 4 model sizes x 3 token budgets (12 settings), LRs 2^-12..2^-6 by sqrt 2
+        (13) x 7 batch sizes 64K-4M tokens: 1,092 runs."""
+        return _simulate.default_design(seed)
+
+    def simulate(self, params: dict[str, float], design: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+        """Losses on the design's (N, D, lr, batch_tokens) from the surface at natural-scale `params`
+        (`scalinfer.models.surface.simulate.simulate`)."""
+        return _simulate.simulate(params, design, seed)
+
+
+MODEL = Surface()

@@ -1,0 +1,101 @@
+r"""The surface model's parameters and their priors (weakly informative on the scales involved).
+
+Every parameter lives on the model's centered, scaled coordinates: x = log eta - m_eta, z = log B - m_B,
+y = log loss - m_y (natural logs; m the middles of the data), and scaled log sizes
+:math:`\tilde n = (\log N - m_N)/h_N`, :math:`\tilde d = (\log D - m_D)/h_D` in [-1, 1]. A slope in
+:math:`\tilde n` is the natural exponent times h_N, so its prior sd is the natural exponent's times h_N.
+
+=====================================  =========================================================================
+parameter                              prior
+=====================================  =========================================================================
+``a0, b0`` (eta*, B* at the middle)    Normal(0, 1.5): the optimum at the data's middle lies within the swept
+                                       range (sweeps are centred on a guess), or somewhat beyond
+``a_N, a_D, b_N, b_D``                 Normal(0, h): the natural exponents of eta* and B* are N(0, 1)
+``kappa1``                             Normal(0.5, 0.5): d log eta*/d log B at B*; 1/2 (Adam's square-root rule)
+                                       and 1 (linear scaling, SGD) both within one sd
+``kappa2``                             Normal(0, 0.5): the ridge bends by less than +-1 in log LR over +-2 in
+                                       log B
+``g0``; ``g_N, g_D``                   Normal(0, 0.2); Normal(0, 0.3 h): loss exponents of a few hundredths to a
+                                       few tenths (local slopes d log L/d log N of -0.05 to -0.15)
+``c_lr0, c_b0``                        Normal(-4, 1.5): log loss rises by e^-4 ~ 2% per squared log unit away
+                                       from the optimum; the sd spans 0.1%-40%
+``c_*_N, c_*_D``                       Normal(0, h): natural slopes of the curvatures N(0, 1)
+``delta_lr, delta_b``                  Normal(0, 1): curvature ratio above/below e^{2 delta}, 90% within 1/27-27
+``p_lr, p_b``                          0.5 + 3.5 Beta(3, 3): valley exponents in (0.5, 4), mean 2.25, sd 0.66
+                                       (2: quadratic); sampled as ``p_*_unit`` ~ Beta(3, 3)
+``tau_lr, tau_b``                      HalfNormal(0.3): settings scatter around the eta* and B* laws by tens of
+                                       percent
+``tau_loss``                           HalfNormal(0.02): around the loss law by about a percent
+``sigma0``                             HalfNormal(0.02): run-to-run noise of log loss under a few percent
+``sigma1``                             HalfNormal(0.5): the misfit is a fraction of the predicted excess loss
+``nu``                                 Gamma(2, 0.1): the usual weakly informative prior on Student-t degrees
+                                       of freedom
+``tau_lr_size^2, tau_b_size^2``        InverseGamma(1, 0.005): a model size's level off the law, tau's median
+                                       8.5%, 90% within 4-31%, and a t tail with 2 degrees of freedom
+``tau_loss_size^2``                    InverseGamma(1, 5e-5): median 0.85%, 90% within 0.4-3.1%
+=====================================  =========================================================================
+
+`PRIORS` is the bundle the model samples from; `SCALARS`, `SETTING`, `SIZE` name the sampled sites.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["Priors", "PRIORS", "SCALARS", "SETTING", "SIZE", "NEW_SETTING", "LAW_N", "SIZE_PRIOR"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Priors:
+    """Prior scales of the surface model (see the module's table). Normal priors are (location, sd) or an sd
+    about 0; slopes in N and D are multiplied by h_N, h_D (the natural exponents' sds are the values here);
+    ``*_size`` are (alpha, beta) of tau^2 ~ InverseGamma(alpha, beta)."""
+
+    optimum_sd: float = 1.5                      #: a0, b0
+    optimum_exponent_sd: float = 1.0             #: natural exponents of eta* and B* (a_N/h_N, ..., b_D/h_D)
+    kappa1: tuple[float, float] = (0.5, 0.5)
+    kappa2_sd: float = 0.5
+    loss_sd: float = 0.2                         #: g0
+    loss_exponent_sd: float = 0.3                #: natural exponents of L* (g_N/h_N, g_D/h_D)
+    log_curvature: tuple[float, float] = (-4.0, 1.5)  #: c_lr0, c_b0
+    curvature_exponent_sd: float = 1.0           #: c_*_N/h_N, c_*_D/h_D
+    delta_sd: float = 1.0
+    p_beta: tuple[float, float] = (3.0, 3.0)     #: p_*_unit ~ Beta
+    p_min: float = 0.5                           #: p = p_min + p_span p_unit
+    p_span: float = 3.5
+    tau_optimum_sd: float = 0.3                  #: tau_lr, tau_b (HalfNormal)
+    tau_loss_sd: float = 0.02
+    sigma0_sd: float = 0.02
+    sigma1_sd: float = 0.5
+    nu: tuple[float, float] = (2.0, 0.1)         #: Gamma(concentration, rate)
+    lr_size: tuple[float, float] = (1.0, 0.005)  #: tau_lr_size^2 ~ InverseGamma(alpha, beta)
+    b_size: tuple[float, float] = (1.0, 0.005)
+    loss_size: tuple[float, float] = (1.0, 5e-5)
+
+    def p(self, p_unit):
+        """The valley exponent p in (p_min, p_min + p_span) from its unit-interval coordinate."""
+        return self.p_min + self.p_span * p_unit
+
+    def p_unit(self, p):
+        """The inverse of `p`."""
+        return (p - self.p_min) / self.p_span
+
+
+PRIORS = Priors()
+
+#: sampled scalar parameters, in the order the model samples them
+SCALARS = ("a0", "a_N", "a_D", "b0", "b_N", "b_D", "kappa1", "kappa2", "g0", "g_N", "g_D",
+           "c_lr0", "c_lr_N", "c_lr_D", "delta_lr", "p_lr_unit", "c_b0", "c_b_N", "c_b_D", "delta_b", "p_b_unit",
+           "tau_lr", "tau_b", "tau_loss", "sigma0", "sigma1", "nu")
+#: per-setting parameters: non-centered offsets of the optimum, centered log loss there
+SETTING = ("eps_lr", "eps_b", "ell")
+#: per-model-size levels (one per distinct N) of log eta*, log B* and log L* at d = 0 (with size scatter only)
+SIZE = ("lr_size", "b_size", "loss_size")
+#: per-setting quantities a new setting draws around the laws: name -> its tau (``tau_<name>``)
+NEW_SETTING = {"x_star": "lr", "z_star": "b", "ell": "loss"}
+#: each law's (intercept, N slope) and their prior sds (the slope's natural, to be multiplied by h_N)
+LAW_N = {"lr": ("a0", "a_N", PRIORS.optimum_sd, PRIORS.optimum_exponent_sd),
+         "b": ("b0", "b_N", PRIORS.optimum_sd, PRIORS.optimum_exponent_sd),
+         "loss": ("g0", "g_N", PRIORS.loss_sd, PRIORS.loss_exponent_sd)}
+#: size scatter tau_<law>_size^2 ~ InverseGamma(alpha, beta): (alpha, beta) of each law
+SIZE_PRIOR = {"lr": PRIORS.lr_size, "b": PRIORS.b_size, "loss": PRIORS.loss_size}

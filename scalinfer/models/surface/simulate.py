@@ -1,0 +1,103 @@
+r"""Run tables drawn from the surface model at known natural-scale parameters.
+
+Natural-scale parameters (`TRUE_PARAMS`'s keys): the laws
+
+.. math::
+
+    \log \eta^* = \texttt{lr\_opt\_log\_coef} + \texttt{lr\_opt\_exp\_N} \log N + \texttt{lr\_opt\_exp\_D} \log D
+
+and likewise ``batch_opt_*`` (B*, tokens) and ``loss_opt_*`` (L*, nats/token); the valleys' log curvatures
+``log_c_lr``, ``log_c_b`` at (``ref_logN``, ``ref_logD``), moving with log N and log D by ``c_*_exp_*``; the
+ridge ``kappa1``, ``kappa2``; ``delta_*`` and ``p_*`` of each valley; the settings' scatter ``tau_lr``,
+``tau_b``, ``tau_loss`` and the sizes' ``tau_*_size``; the noise ``sigma0``, ``sigma1``, ``nu``; and
+``diverge_above``: a run whose log LR lies that far above the optimal LR at its batch diverges.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from scalinfer.laws.lr import log_lr_opt_at_batch
+from scalinfer.models.surface.data import settings_of, sizes_of
+from scalinfer.models.surface.loss import laws, surface_at
+from scalinfer.models.surface.priors import NEW_SETTING, PRIORS
+
+__all__ = ["TRUE_PARAMS", "simulate", "default_design"]
+
+#: natural-scale truth: rounded posterior medians of this model on Step Law's dense runs with N <= 6e8
+TRUE_PARAMS: dict[str, float] = {
+    "lr_opt_log_coef": 1.29, "lr_opt_exp_N": -0.63, "lr_opt_exp_D": 0.22,
+    "batch_opt_log_coef": 1.74, "batch_opt_exp_N": -0.11, "batch_opt_exp_D": 0.56,
+    "loss_opt_log_coef": 3.13, "loss_opt_exp_N": -0.070, "loss_opt_exp_D": -0.037,
+    "ref_logN": 19.64, "ref_logD": 23.72,
+    "kappa1": 0.34, "kappa2": -0.25,
+    "log_c_lr": -4.78, "c_lr_exp_N": -0.06, "c_lr_exp_D": -0.24, "delta_lr": 0.63, "p_lr": 2.04,
+    "log_c_b": -5.21, "c_b_exp_N": 0.11, "c_b_exp_D": -0.16, "delta_b": 0.13, "p_b": 2.09,
+    "tau_lr": 0.05, "tau_b": 0.05, "tau_loss": 0.0066, "tau_lr_size": 0.0, "tau_b_size": 0.0,
+    "tau_loss_size": 0.0,
+    "sigma0": 0.0007, "sigma1": 0.095, "nu": 3.0,
+    "diverge_above": 1.5,
+}
+
+
+def default_design(seed: int = 0) -> pd.DataFrame:
+    """A Step-Law-shaped grid: 4 model sizes x 3 token budgets (12 settings), LRs 2^-12..2^-6 by sqrt 2
+    (13) x 7 batch sizes 64K-4M tokens: 1,092 runs."""
+    Ns = np.array([2.1e8, 2.7e8, 4.3e8, 5.4e8])
+    rows = [(n, n * tpp) for n in Ns for tpp in (20.0, 50.0, 100.0)]
+    lrs = 2.0 ** (np.arange(-24, -11) / 2)
+    batches = 2.0 ** np.arange(16, 23)
+    g = [(n, d, lr, b) for n, d in rows for lr in lrs for b in batches]
+    return pd.DataFrame(g, columns=["N", "D", "lr", "batch_tokens"])
+
+
+def _natural_laws(q: dict[str, float], logN, logD) -> dict[str, np.ndarray]:
+    """`laws` at natural (log N, log D): the natural-scale parameters in the model's names, each curvature law
+    about its reference point."""
+    p = {"a0": q["lr_opt_log_coef"], "a_N": q["lr_opt_exp_N"], "a_D": q["lr_opt_exp_D"],
+         "b0": q["batch_opt_log_coef"], "b_N": q["batch_opt_exp_N"], "b_D": q["batch_opt_exp_D"],
+         "g0": q["loss_opt_log_coef"], "g_N": q["loss_opt_exp_N"], "g_D": q["loss_opt_exp_D"],
+         "c_lr0": q["log_c_lr"], "c_lr_N": q["c_lr_exp_N"], "c_lr_D": q["c_lr_exp_D"],
+         "c_b0": q["log_c_b"], "c_b_N": q["c_b_exp_N"], "c_b_D": q["c_b_exp_D"]}
+    optima = laws(p, logN, logD)
+    curvatures = laws(p, logN - q["ref_logN"], logD - q["ref_logD"])
+    return {**{k: optima[k] for k in NEW_SETTING}, "log_c_lr": curvatures["log_c_lr"],
+            "log_c_b": curvatures["log_c_b"]}
+
+
+def simulate(params: dict[str, float], design: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Losses on the design's (N, D, lr, batch_tokens) from the surface at natural-scale `params` (missing keys
+    from `TRUE_PARAMS`).
+
+    Each setting draws its offsets from the population (``tau_*``) and each model size its level (``tau_*_size``,
+    from a random stream of its own); log losses get Student-t noise of scale sigma0 + sigma1 * excess; a run
+    whose LR lies more than ``diverge_above`` (log units) above the optimal LR at its batch diverges (loss NaN,
+    ``diverged`` true). The drawn optimum of each setting is kept in the columns ``true_lr_opt``,
+    ``true_batch_opt``, ``true_loss_opt``.
+    """
+    rng = np.random.default_rng(seed)
+    df = design.reset_index(drop=True).copy()
+    s_idx, settings = settings_of(df)
+    size_s = sizes_of(settings)
+    S = len(settings)
+    q = {**TRUE_PARAMS, **params}
+    logN, logD = np.log(settings["N"].to_numpy(float)), np.log(settings["D"].to_numpy(float))
+    eps = rng.standard_normal((len(NEW_SETTING), S))
+    eps_size = np.random.default_rng([seed, 7]).standard_normal((len(NEW_SETTING), int(size_s.max()) + 1))
+    eps_size = eps_size[:, size_s]
+    law = _natural_laws(q, logN, logD)
+    v = {k: law[k] + q[f"tau_{t}"] * eps[i] + q[f"tau_{t}_size"] * eps_size[i]
+         for i, (k, t) in enumerate(NEW_SETTING.items())}
+    v.update(log_c_lr=law["log_c_lr"], log_c_b=law["log_c_b"], kappa1=np.full(S, q["kappa1"]))
+    shape = {"kappa2": q["kappa2"], "delta_lr": q["delta_lr"], "delta_b": q["delta_b"],
+             "p_lr_unit": PRIORS.p_unit(q["p_lr"]), "p_b_unit": PRIORS.p_unit(q["p_b"])}
+    x, z = np.log(df["lr"].to_numpy(float)), np.log(df["batch_tokens"].to_numpy(float))
+    at = {k: a[s_idx] for k, a in v.items()}
+    mu, excess = (np.asarray(a) for a in surface_at(shape, at, x, z))
+    scale = q["sigma0"] + q["sigma1"] * excess
+    y = mu + scale * rng.standard_t(q["nu"], size=len(df))
+    diverged = (x - log_lr_opt_at_batch(z, at["x_star"], at["z_star"], at["kappa1"], q["kappa2"])) > q["diverge_above"]
+    loss = np.where(diverged, np.nan, np.exp(y))
+    return df.assign(loss=loss, diverged=diverged, true_lr_opt=np.exp(v["x_star"])[s_idx],
+                     true_batch_opt=np.exp(v["z_star"])[s_idx], true_loss_opt=np.exp(v["ell"])[s_idx])
