@@ -1,6 +1,6 @@
 """Fuzz the run-table loaders: 10,000+ malformed tables, every outcome classified.
 
-Each input is drawn by `scalinfer.runs._fuzz.make_case` (the generator the property tests use):
+Each input is drawn by `make_case` of tests/support/fuzz.py (the generator the property tests use):
 a small table in the canonical layout or a dataset layout, one mutation (missing or renamed
 columns, strings in numeric columns, NaN, inf, non-positive sizes, duplicated runs, mixed units,
 empty files, huge values, non-UTF-8 bytes, or none: "unmutated", which a random
@@ -26,7 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from scalinfer.runs._fuzz import CATEGORIES, ENCODINGS, make_case, run_case
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # test tooling: tests/support/
+
+from support.fuzz import CATEGORIES, ENCODINGS, make_case, run_case  # noqa: E402
 
 
 def run_fuzz(inputs: int, seed: int, workdir: Path) -> tuple[dict, list[str]]:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scalinfer.runs._fuzz import CATEGORIES, ENCODINGS, LAYOUTS, make_case, run_case
+from support.fuzz import CATEGORIES, ENCODINGS, LAYOUTS, make_case, run_case
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
