@@ -52,12 +52,12 @@ def test_summary_and_predict_do_not_import_the_trainer(tmp_path):
 
 def test_the_parsers_names_are_the_librarys():
     """The choices the parser offers without importing the library are the library's own."""
+    from scalinfer.laws import BASELINES
     from scalinfer.models import MODEL_NAMES
     from scalinfer.plots import kinds
     from scalinfer.runs.formats import FORMATS
     from scalinfer.schedules.wsd import DECAY_SHAPES
     from scalinfer.train.config import PRESETS
-    from scalinfer.laws import BASELINES
 
     assert _args.MODEL_NAMES == MODEL_NAMES
     assert _args.FORMAT_NAMES == tuple(FORMATS)

@@ -30,7 +30,7 @@ PLOT_KINDS = ("batch-curves", "batch-law", "batch-schedule", "batch-sizes", "bat
 #: the keys of `scalinfer.train.config.PRESETS`
 PRESET_NAMES = ("tiny", "tiny-dense", "cal-xs", "cal-xs-dense", "cal-s", "cal-s-dense", "cal-m", "cal-m-dense",
                 "cal-l", "cal-l-dense")
-#: the WSD schedule's decay shapes (`DECAY_SHAPES` of the schedule modules)
+#: `scalinfer.schedules.wsd.DECAY_SHAPES`
 DECAY_SHAPES = ("linear", "cosine", "1-sqrt")
 #: ``--baseline`` name -> the key of `scalinfer.laws.BASELINES`
 BASELINES = {"steplaw": "step_law", "deepseek": "deepseek_llm", "zhou2026": "zhou2026"}
