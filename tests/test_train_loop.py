@@ -129,7 +129,7 @@ def test_stop_and_resume_is_exact(trained, tmp_path):
 
 
 def test_kill_9_and_resume_is_exact(tmp_path):
-    cmd = [sys.executable, "-m", "scalinfer.train.cli", "--preset", "tiny", *OVERRIDES, "checkpoint_every=10",
+    cmd = [sys.executable, "-m", "scalinfer.cli", "train", "--preset", "tiny", *OVERRIDES, "checkpoint_every=10",
            "stop_after_steps=150", "--out", str(tmp_path)]
     # the uninterrupted reference runs in a fresh process too, so that all three runs share one environment
     # (this test process may have other devices or float64 on from earlier tests: other reduction orders)
@@ -204,9 +204,10 @@ def test_two_devices_match_one(trained, tmp_path):
     experts split over "expert") on 2 CPU devices, in one subprocess, against the 1-device run."""
     ref = _losses(trained[0] / "metrics.jsonl")
     runs = {"data": "mesh_expert=1", "expert": "mesh_expert=2"}
-    script = ("import sys; from scalinfer.train.cli import main\n"
+    script = ("import sys; from scalinfer.cli import main\n"
               f"for mesh, out in {[(v, str(tmp_path / k)) for k, v in runs.items()]!r}:\n"
-              f"    assert main(['--preset', 'tiny', *{OVERRIDES!r}, 'stop_after_steps=8', mesh, '--out', out]) == 0\n"
+              f"    assert main(['train', '--preset', 'tiny', *{OVERRIDES!r}, 'stop_after_steps=8', mesh,\n"
+              "                 '--out', out]) == 0\n"
               "import jax; assert jax.device_count() == 2\n")
     env = _subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=2")
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=400)
@@ -220,13 +221,13 @@ def test_two_devices_match_one(trained, tmp_path):
 
 
 def test_cli_dry_run_and_errors(tmp_path, capsys):
-    from scalinfer.train.cli import main
+    from scalinfer.cli import main
 
-    assert main(["--preset", "cal-s", "decay_points=[0.5]", "--out", str(tmp_path), "--dry-run"]) == 0
+    assert main(["train", "--preset", "cal-s", "decay_points=[0.5]", "--out", str(tmp_path), "--dry-run"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["plan"]["steps"] == 4_000_000 // 8192 and plan["params"]["non_embedding"] > 3e5
     assert plan["plan"]["branches"][0]["fork_tokens"] >= plan["plan"]["total_tokens"] / 2
-    assert main(["model.top_k=9", "--out", str(tmp_path)]) == 2
+    assert main(["train", "model.top_k=9", "--out", str(tmp_path)]) == 2
     assert "model.top_k=9 must be between 1 and model.n_experts=4" in capsys.readouterr().err
 
 
