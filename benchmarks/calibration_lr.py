@@ -35,28 +35,12 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-DESIGNS = {
-    # 3 model sizes x 3 token budgets, 9 LRs x 5 batches = 405 runs (CI-sized: each fit takes seconds)
-    "small": {"N": (1.5e8, 3e8, 6e8), "tokens_per_param": (20.0, 50.0, 100.0),
-              "log2_lr": np.arange(-25, -16) / 2, "log2_batch": np.arange(16, 21)},
-    # Step-Law-like: 4 sizes x 3 budgets, 13 LRs x 7 batches = 1,092 runs
-    "steplaw": {"N": (2.1e8, 2.7e8, 4.3e8, 5.4e8), "tokens_per_param": (20.0, 50.0, 100.0),
-                "log2_lr": np.arange(-26, -13) / 2, "log2_batch": np.arange(16, 23)},
-    # the smoke test's: 2 sizes x 2 budgets, 6 LRs x 4 batches = 96 runs
-    "tiny": {"N": (2e8, 6e8), "tokens_per_param": (20.0, 80.0),
-             "log2_lr": np.arange(-24, -18) / 2, "log2_batch": np.arange(16, 20)},
-}
-
-
-def design_of(name: str) -> pd.DataFrame:
-    d = DESIGNS[name]
-    rows = [(n, n * t, 2.0 ** a, 2.0 ** b) for n in d["N"] for t in d["tokens_per_param"]
-            for a in d["log2_lr"] for b in d["log2_batch"]]
-    return pd.DataFrame(rows, columns=["N", "D", "lr", "batch_tokens"])
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # test tooling: tests/support/
+from support.designs import SURFACE_DESIGNS, surface_design  # noqa: E402
 
 
 def target_truth(params: dict, N: float, D: float, rng: np.random.Generator) -> dict[str, float]:
@@ -83,7 +67,7 @@ def _gamma_median(alpha: float) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", type=int, default=100)
-    ap.add_argument("--design", choices=tuple(DESIGNS), default="small")
+    ap.add_argument("--design", choices=tuple(SURFACE_DESIGNS), default="small")
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--samples", type=int, default=300, help="draws per chain")
@@ -110,7 +94,7 @@ def main(argv=None) -> int:
 
     fixed = MODEL.true_params()
     size_median = {f"tau_{v}_size": float(np.sqrt(b / _gamma_median(a))) for v, (a, b) in SIZE_PRIOR.items()}
-    design = design_of(args.design)
+    design = surface_design(args.design)
     N_T = args.target_N or 2.0 * design["N"].max()
     D_T = args.target_D or 40.0 * N_T
     hits = {ci: {"lr_opt": [], "batch_opt": []} for ci in (0.5, 0.9)}

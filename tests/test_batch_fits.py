@@ -8,10 +8,8 @@ short NUTS fits of a simulated steps-to-target table for the LOO comparison.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,26 +20,17 @@ from scalinfer.errors import ModelError
 from scalinfer.models.batch import OPENAI
 from scalinfer.runs.schema import validate
 from scalinfer.schedules.batch import batch_schedule, segment_batches, segment_bounds, write_schedule
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _calibration_module():
-    spec = importlib.util.spec_from_file_location("calibration_batch", ROOT / "benchmarks" / "calibration_batch.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from support import batch_calibration
 
 
 @pytest.fixture(scope="module")
 def floor_run():
     """(calibration row, fit, module) of one simulated data set with known B_min and B_opt.
 
-    Seed 1001 is fixed once; the truth is drawn by the benchmark's `draw_truth`. 2 chains x 300 draws
+    Seed 1001 is fixed once; the truth is drawn by `support.batch_calibration.draw_truth`. 2 chains x 300 draws
     after 300 warmup: enough for 90% intervals (bulk ESS > 200 on this model)."""
-    mod = _calibration_module()
-    row, fit = mod.one(seed=1001, chains=2, warmup=300, samples=300, n_records=8, return_fit=True)
-    return row, fit, mod
+    row, fit = batch_calibration.one(seed=1001, chains=2, warmup=300, samples=300, n_records=8, return_fit=True)
+    return row, fit, batch_calibration
 
 
 @pytest.fixture(scope="module")

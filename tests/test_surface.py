@@ -14,9 +14,7 @@ import pytest
 
 import scalinfer
 from conftest import ROOT, dataset, run_cli
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from calibration_lr import design_of  # noqa: E402
+from support.designs import surface_design
 
 TRUTH_COLUMNS = ["true_lr_opt", "true_batch_opt", "true_loss_opt"]
 
@@ -37,7 +35,7 @@ def sim():
     from scalinfer.models.surface import MODEL
 
     params = MODEL.true_params()
-    df = MODEL.simulate(params, design_of("small"), seed=11)
+    df = MODEL.simulate(params, surface_design("small"), seed=11)
     return params, df
 
 
@@ -109,7 +107,7 @@ def test_censored_runs_change_the_posterior():
     from scalinfer.models.surface import MODEL
 
     params = {**MODEL.true_params(), "diverge_above": 0.45}  # most of the high-LR side diverges
-    design = design_of("tiny")
+    design = surface_design("tiny")
     design["lr"] *= 8.0  # sweep 2^-9..2^-6.5, across the optimum (~2^-8.5 here), so the high-LR side exists
     df = MODEL.simulate(params, design, seed=5)
     n_div = int(df["diverged"].sum())
@@ -361,7 +359,7 @@ def test_size_scatter_carries_a_new_sizes_scatter(sim):
     from scalinfer.models.surface import MODEL
 
     params = {**MODEL.true_params(), "tau_lr_size": 0.15, "tau_b_size": 0.15, "tau_loss_size": 0.005}
-    runs = _runs(MODEL.simulate(params, design_of("small"), seed=5))
+    runs = _runs(MODEL.simulate(params, surface_design("small"), seed=5))
     plain = scalinfer.fit(runs, model="surface", chains=2, warmup=300, samples=300, seed=5, size_scatter=False)
     f = scalinfer.fit(runs, model="surface", chains=2, warmup=300, samples=300, seed=5)  # 3 sizes: on by default
     s = f.summary()
