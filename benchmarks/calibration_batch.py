@@ -1,6 +1,6 @@
 """Calibration of the batch-floor posterior: coverage of B_min and B_opt on simulated loss curves.
 
-Each data set is drawn from the noise-floor model (MATH.md section 5) with parameters drawn at random
+Each data set is drawn from the noise-floor model (docs/laws.md section 5) with parameters drawn at random
 around `BatchFloor.true_params` (every exponent and coefficient perturbed, each model size off its power
 laws by a random deviation), on `BatchFloor.default_design` (3 model sizes x 4 batch sizes of loss curves),
 then fit with NUTS. At the middle model size and the target loss that the true token-efficient path reaches

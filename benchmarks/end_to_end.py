@@ -1,6 +1,6 @@
 """End to end on the project's own calibration runs: fit on the smaller sizes, predict the largest, check.
 
-The loop the Fitting paradigm promises (MATH.md section 4): calibration runs at small scale -> one posterior ->
+The loop the Fitting paradigm promises (docs/laws.md section 4): calibration runs at small scale -> one posterior ->
 eta* and B* at a larger model. Here the "larger model" is the largest MoE size of `data/calibration/` (the
 CPU sweep `scalinfer sweep data/calibration/sweep.toml` produced), held out of the fit:
 

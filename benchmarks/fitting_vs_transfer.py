@@ -1,4 +1,4 @@
-"""Fitting vs Transfer (MATH.md sections 4 and 6) at the largest calibration size, on CPU.
+"""Fitting vs Transfer (docs/laws.md sections 4 and 6) at the largest calibration size, on CPU.
 
 Two ways to choose the peak learning rate of a model larger than any tuned one:
 

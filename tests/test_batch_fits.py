@@ -89,7 +89,8 @@ def test_schedule_follows_the_posterior_median_batch_opt_clipped(floor_run, tmp_
     free = batch_schedule(fit, N=N, D=D, lr_peak=3e-3)
     max_batch = 0.8 * max(s.batch_opt for s in free.segments if math.isfinite(s.batch_opt))
     sched = batch_schedule(fit, N=N, D=D, max_batch=max_batch, lr_peak=3e-3, multiple_of=512)
-    # recompute independently from the posterior draws with MATH.md's closed forms at this fitted size
+    # recompute independently from the posterior draws with the closed forms of docs/laws.md section 5.3, at this
+    # fitted size
     d, c = fit.draws(), fit.constants
     k = [i for i in range(int(c["n_sizes"])) if math.isclose(c[f"size_N_{i}"], N)][0]
     alpha = d["alpha"]

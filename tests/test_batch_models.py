@@ -1,6 +1,6 @@
 """Tests of the batch models without sampling: the censored likelihood, the piecewise E(S) inversion,
 the data preparation and each model's predictions from hand-made posterior draws (closed forms checked
-against MATH.md section 5 computed here with numpy)."""
+against docs/laws.md section 5 computed here with numpy)."""
 
 from __future__ import annotations
 

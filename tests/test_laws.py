@@ -1,4 +1,4 @@
-"""Tests of scalinfer.laws: values pinned against plain-Python arithmetic, and MATH.md's identities.
+"""Tests of scalinfer.laws: values pinned against plain-Python arithmetic, and the identities of docs/laws.md.
 
 Expected values are computed here with `math` / numpy, independently of the implementation. Every
 test runs in float64 (the laws are meant for it); one checks that float32 inputs stay float32.
@@ -411,7 +411,7 @@ def test_tokens_floor_matches_hand_value_and_limits():
 
 
 def test_floor_batch_opt_exponent_in_tokens():
-    # MATH.md: B_opt proportional to E_min^(alpha / (1 + alpha)) as the target loss varies
+    # docs/laws.md section 5.3: B_opt proportional to E_min^(alpha / (1 + alpha)) as the target loss varies
     f = FLOOR
     targets = np.array([2.2, 2.4, 2.8, 3.5])
     B_min = batch_min_floor(targets, f["L_inf"], f["c"])

@@ -1,4 +1,4 @@
-"""muP coordinate check (MATH.md section 6): activation scales stay O(1) across widths under muP and
+"""muP coordinate check (docs/laws.md section 6): activation scales stay O(1) across widths under muP and
 grow with width under standard parametrization."""
 
 from __future__ import annotations

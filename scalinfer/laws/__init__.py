@@ -1,6 +1,6 @@
-"""Closed forms of MATH.md as pure JAX functions: no sampling, no I/O.
+"""Closed forms of docs/laws.md as pure JAX functions: no sampling, no I/O.
 
-One module per section of MATH.md; every function takes and returns arrays, broadcasts over its
+One module per section of docs/laws.md; every function takes and returns arrays, broadcasts over its
 arguments, jits and vmaps, and keeps its inputs' dtype (enable float64 with
 ``jax.config.update("jax_enable_x64", True)`` for N ~ 1e12). Models, predictions and plots build on
 these.

@@ -1,4 +1,4 @@
-"""Batch size: steps-tokens trade-offs to reach a target loss (MATH.md section 5).
+"""Batch size: steps-tokens trade-offs to reach a target loss (docs/laws.md section 5).
 
 Three models of how the optimizer steps S and the tokens E = B S needed to reach a target loss
 depend on the batch B (tokens per step):
@@ -12,7 +12,7 @@ depend on the batch B (tokens per step):
 and the law of the loss-optimal batch at fixed (N, D), log B*(N, D) = log c_B + a_B log N + b_B log D
 (`log_batch_opt_law`; the surface model's, with the LR valley and ridge of `scalinfer.laws.lr`).
 
-The batch sizes they return follow different definitions (MATH.md section 5 lists them): B_crit is
+The batch sizes they return follow different definitions (docs/laws.md section 5.4 lists them): B_crit is
 OpenAI's 2x-overhead point; B_min the smallest batch that reaches the target at all; B_opt the batch
 that reaches it with the fewest tokens at constant LR. Compare numbers only within one definition.
 
@@ -62,7 +62,7 @@ __all__ = [
 
 
 def steps_openai(batch_tokens, S_min, B_crit) -> jax.Array:
-    """Steps to reach a target loss at batch B, OpenAI's model (MATH.md section 5).
+    """Steps to reach a target loss at batch B, OpenAI's model (docs/laws.md section 5).
 
     .. math:: S(B) = S_{min} \\left(1 + \\frac{B_{crit}}{B}\\right)
 
@@ -84,7 +84,7 @@ def steps_openai(batch_tokens, S_min, B_crit) -> jax.Array:
 
 
 def tokens_openai(batch_tokens, S_min, B_crit) -> jax.Array:
-    """Tokens to reach a target loss at batch B, OpenAI's model (MATH.md section 5).
+    """Tokens to reach a target loss at batch B, OpenAI's model (docs/laws.md section 5).
 
     .. math:: E(B) = B\\, S(B) = S_{min} (B + B_{crit})
               = E_{min} \\left(1 + \\frac{B}{B_{crit}}\\right), \\qquad E_{min} = S_{min} B_{crit}
@@ -105,7 +105,7 @@ def tokens_openai(batch_tokens, S_min, B_crit) -> jax.Array:
 
 
 def tokens_at_steps_openai(S, S_min, E_min) -> jax.Array:
-    """Tokens on OpenAI's steps-tokens hyperbola at S steps (MATH.md section 5).
+    """Tokens on OpenAI's steps-tokens hyperbola at S steps (docs/laws.md section 5).
 
     Solves :math:`(S/S_{min} - 1)(E/E_{min} - 1) = 1` for E:
 
@@ -131,7 +131,7 @@ def tokens_at_steps_openai(S, S_min, E_min) -> jax.Array:
 
 
 def batch_crit_openai(S_min, E_min) -> jax.Array:
-    """OpenAI's critical batch (MATH.md section 5): the 2x-overhead point.
+    """OpenAI's critical batch (docs/laws.md section 5): the 2x-overhead point.
 
     .. math:: B_{crit} = E_{min} / S_{min}
 
@@ -153,7 +153,7 @@ def batch_crit_openai(S_min, E_min) -> jax.Array:
 
 
 class GradNoiseScale(NamedTuple):
-    """Estimates of the simple gradient noise scale and its two parts (MATH.md section 5).
+    """Estimates of the simple gradient noise scale and its two parts (docs/laws.md section 5).
 
     The batch unit is the one the caller used for ``batch_small`` / ``batch_big`` (examples,
     sequences or tokens); ``trace_cov`` is then the covariance trace of one such unit's gradient.
@@ -174,7 +174,7 @@ class GradNoiseScale(NamedTuple):
 
 
 def b_simple_from_grad_norms(sq_norm_small, sq_norm_big, batch_small, batch_big) -> GradNoiseScale:
-    """Gradient noise scale from squared gradient norms at two batch sizes (MATH.md section 5).
+    """Gradient noise scale from squared gradient norms at two batch sizes (docs/laws.md section 5).
 
     A mean gradient over a batch of B units has :math:`E|G_B|^2 = |G|^2 + tr(\\Sigma)/B`. Two batch
     sizes give two equations, solved for the unbiased estimates
@@ -241,7 +241,7 @@ class WsdPiecewiseCoefficients(NamedTuple):
 
 
 def wsd_piecewise_coefficients(S_min, S_1, S_opt, S_2, E_min, C, A_1) -> WsdPiecewiseCoefficients:
-    """Coefficients of the piecewise E(S) fixed by continuity at the breakpoints (MATH.md section 5).
+    """Coefficients of the piecewise E(S) fixed by continuity at the breakpoints (docs/laws.md section 5).
 
     The paper's stages are
 
@@ -293,7 +293,7 @@ def wsd_piecewise_coefficients(S_min, S_1, S_opt, S_2, E_min, C, A_1) -> WsdPiec
 
 
 def tokens_wsd_piecewise(S, S_min, S_1, S_opt, S_2, E_min, C, A_1) -> jax.Array:
-    """Tokens to reach a target loss in S steps, the batch-size paper's piecewise E(S) (MATH.md section 5).
+    """Tokens to reach a target loss in S steps, the batch-size paper's piecewise E(S) (docs/laws.md section 5).
 
     The inverse / quadratic / linear stages of `wsd_piecewise_coefficients`, whose docstring gives
     the equations and how B_-1, B_0 and A_0 follow from continuity. E(S) is continuous in S, with a
@@ -327,7 +327,7 @@ def tokens_wsd_piecewise(S, S_min, S_1, S_opt, S_2, E_min, C, A_1) -> jax.Array:
 
 
 def loss_noise_floor(S, batch_tokens, L_inf, a, alpha, c) -> jax.Array:
-    """Loss at step S of a constant-LR run with batch B: the noise-floor surface (MATH.md section 5).
+    """Loss at step S of a constant-LR run with batch B: the noise-floor surface (docs/laws.md section 5).
 
     .. math:: L(S; B) = L_\\infty + a S^{-\\alpha} + c / B
 
@@ -365,7 +365,7 @@ def _reachable_gap(L_target, L_inf):
 
 
 def batch_min_floor(L_target, L_inf, c) -> jax.Array:
-    """Smallest batch that reaches the target loss, noise-floor law (MATH.md section 5).
+    """Smallest batch that reaches the target loss, noise-floor law (docs/laws.md section 5).
 
     .. math:: B_{min} = \\frac{c}{L^* - L_\\infty}
 
@@ -388,7 +388,7 @@ def batch_min_floor(L_target, L_inf, c) -> jax.Array:
 
 
 def steps_min_floor(L_target, L_inf, a, alpha) -> jax.Array:
-    """Fewest steps that reach the target loss (infinite batch), noise-floor law (MATH.md section 5).
+    """Fewest steps that reach the target loss (infinite batch), noise-floor law (docs/laws.md section 5).
 
     .. math:: S_{min} = \\left(\\frac{a}{L^* - L_\\infty}\\right)^{1/\\alpha}
 
@@ -411,7 +411,7 @@ def steps_min_floor(L_target, L_inf, a, alpha) -> jax.Array:
 
 
 def tokens_floor(S, batch_min, steps_min, alpha) -> jax.Array:
-    """Tokens to reach the target loss in S steps, noise-floor law (MATH.md section 5).
+    """Tokens to reach the target loss in S steps, noise-floor law (docs/laws.md section 5).
 
     Solving :math:`L(S; B) = L^*` for B gives :math:`B(S) = B_{min} / (1 - (S_{min}/S)^\\alpha)`, so
 
@@ -443,7 +443,7 @@ def tokens_floor(S, batch_min, steps_min, alpha) -> jax.Array:
 
 
 def steps_opt_floor(steps_min, alpha) -> jax.Array:
-    """Steps at which the target is reached with the fewest tokens, noise-floor law (MATH.md section 5).
+    """Steps at which the target is reached with the fewest tokens, noise-floor law (docs/laws.md section 5).
 
     .. math:: S_{opt} = S_{min} (1 + \\alpha)^{1/\\alpha}
 
@@ -465,7 +465,7 @@ def steps_opt_floor(steps_min, alpha) -> jax.Array:
 
 
 def batch_opt_floor(batch_min, alpha) -> jax.Array:
-    """Token-minimizing batch for the target loss at constant LR, noise-floor law (MATH.md section 5).
+    """Token-minimizing batch for the target loss at constant LR, noise-floor law (docs/laws.md section 5).
 
     .. math:: B_{opt} = E_{min} / S_{opt} = (1 + 1/\\alpha) B_{min}
 
@@ -485,7 +485,7 @@ def batch_opt_floor(batch_min, alpha) -> jax.Array:
 
 
 def tokens_min_floor(batch_min, steps_min, alpha) -> jax.Array:
-    """Fewest tokens that reach the target loss, noise-floor law (MATH.md section 5).
+    """Fewest tokens that reach the target loss, noise-floor law (docs/laws.md section 5).
 
     .. math:: E_{min} = E(S_{opt}) = B_{opt} S_{opt}
               = (1 + 1/\\alpha) B_{min} S_{min} (1 + \\alpha)^{1/\\alpha}
@@ -504,7 +504,7 @@ def tokens_min_floor(batch_min, steps_min, alpha) -> jax.Array:
 
 
 def steps_to_target_floor(batch_tokens, L_target, L_inf, a, alpha, c) -> jax.Array:
-    """Steps to reach a target loss at batch B, noise-floor law (MATH.md section 5).
+    """Steps to reach a target loss at batch B, noise-floor law (docs/laws.md section 5).
 
     Solving :math:`L_\\infty + a S^{-\\alpha} + c/B = L^*` for S:
 
@@ -532,7 +532,7 @@ def steps_to_target_floor(batch_tokens, L_target, L_inf, a, alpha, c) -> jax.Arr
 
 
 def tokens_to_target_floor(batch_tokens, L_target, L_inf, a, alpha, c) -> jax.Array:
-    """Tokens to reach a target loss at batch B, noise-floor law (MATH.md section 5).
+    """Tokens to reach a target loss at batch B, noise-floor law (docs/laws.md section 5).
 
     .. math:: E = B\\, S = B \\left(\\frac{a}{L^* - L_\\infty - c/B}\\right)^{1/\\alpha}
 
@@ -557,7 +557,7 @@ def tokens_to_target_floor(batch_tokens, L_target, L_inf, a, alpha, c) -> jax.Ar
 
 
 def log_batch_opt_law(log_N, log_D, log_c, a, b) -> jax.Array:
-    r"""Log of the loss-optimal batch B*(N, D) (MATH.md section 5).
+    r"""Log of the loss-optimal batch B*(N, D) (docs/laws.md section 5).
 
     .. math:: \log B^*(N, D) = \log c_B + a_B \log N + b_B \log D
 

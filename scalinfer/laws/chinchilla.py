@@ -1,4 +1,4 @@
-"""Loss as a function of model and data size: the Chinchilla form (MATH.md section 1).
+"""Loss as a function of model and data size: the Chinchilla form (docs/laws.md section 1).
 
     L(N, D) = E + A N^-alpha + B D^-beta                     [nats/token]
     log L   = LSE(a - alpha log N, b - beta log D, e),       A = e^a, B = e^b, E = e^e
@@ -21,7 +21,7 @@ __all__ = ["loss_chinchilla", "log_loss_chinchilla", "compute_optimal", "Compute
 
 
 def loss_chinchilla(N, D, E, A, B, alpha, beta) -> jax.Array:
-    """Chinchilla loss surface (MATH.md section 1).
+    """Chinchilla loss surface (docs/laws.md section 1).
 
     .. math:: L(N, D) = E + A N^{-\\alpha} + B D^{-\\beta}
 
@@ -58,7 +58,7 @@ def loss_chinchilla(N, D, E, A, B, alpha, beta) -> jax.Array:
 
 
 def log_loss_chinchilla(log_N, log_D, a, b, e, alpha, beta) -> jax.Array:
-    """Log of the Chinchilla loss in log-sum-exp form (MATH.md section 1).
+    """Log of the Chinchilla loss in log-sum-exp form (docs/laws.md section 1).
 
     .. math:: \\log L = \\mathrm{LSE}(a - \\alpha \\log N,\\; b - \\beta \\log D,\\; e)
 
@@ -86,7 +86,7 @@ def log_loss_chinchilla(log_N, log_D, a, b, e, alpha, beta) -> jax.Array:
 
 
 class ComputeOptimal(NamedTuple):
-    """Compute-optimal allocation of a FLOP budget (MATH.md section 1).
+    """Compute-optimal allocation of a FLOP budget (docs/laws.md section 1).
 
     Attributes
     ----------
@@ -101,7 +101,7 @@ class ComputeOptimal(NamedTuple):
 
 
 def compute_optimal(C, A, B, alpha, beta) -> ComputeOptimal:
-    """Loss-minimizing (N, D) on the isoFLOP line C = 6 N D (MATH.md section 1).
+    """Loss-minimizing (N, D) on the isoFLOP line C = 6 N D (docs/laws.md section 1).
 
     .. math::
 

@@ -1,4 +1,4 @@
-r"""Loss against learning rate, the optimal-learning-rate law, and the LR-batch ridge (MATH.md sections 3-4).
+r"""Loss against learning rate, the optimal-learning-rate law, and the LR-batch ridge (docs/laws.md sections 3-4).
 
 With x = log eta (peak learning rate, dimensionless for Adam-type optimizers) and z = log B (batch in
 tokens), natural logs:
@@ -27,7 +27,7 @@ __all__ = ["valley", "log_lr_opt_law", "lr_opt_law", "log_lr_opt_at_batch"]
 
 
 def valley(offset, log_c, delta=0.0, p=2.0) -> jax.Array:
-    r"""Excess loss of a smooth, asymmetric valley at ``offset`` from its optimum (MATH.md section 3).
+    r"""Excess loss of a smooth, asymmetric valley at ``offset`` from its optimum (docs/laws.md section 3).
 
     .. math::
 
@@ -69,7 +69,7 @@ def valley(offset, log_c, delta=0.0, p=2.0) -> jax.Array:
 
 
 def log_lr_opt_law(log_N, log_D, log_c, a, b) -> jax.Array:
-    r"""Log of the optimal peak learning rate (MATH.md section 4).
+    r"""Log of the optimal peak learning rate (docs/laws.md section 4).
 
     .. math:: \log \eta^*(N, D) = \log c + a \log N + b \log D
 
@@ -96,7 +96,7 @@ def log_lr_opt_law(log_N, log_D, log_c, a, b) -> jax.Array:
 
 
 def lr_opt_law(N, D, log_c, a, b) -> jax.Array:
-    r"""Optimal peak learning rate eta*(N, D) (MATH.md section 4).
+    r"""Optimal peak learning rate eta*(N, D) (docs/laws.md section 4).
 
     .. math:: \eta^*(N, D) = c\, N^{a} D^{b}, \qquad c = e^{\log c}
 

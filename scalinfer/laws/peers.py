@@ -1,4 +1,4 @@
-"""Published hyperparameter laws to compare against (MATH.md section 4).
+"""Published hyperparameter laws to compare against (docs/laws.md section 4).
 
 The constants below are the peer laws' published reference values: they *are* the baselines, not
 defaults for our fits. Each law is only meaningful in its authors' setting (optimizer, schedule,
@@ -51,7 +51,7 @@ def _power_law(log_prefactor, *terms) -> jax.Array:
 
 
 def step_law_lr_opt(N, D) -> jax.Array:
-    """Step Law optimal peak learning rate (Li et al. 2025; MATH.md section 4).
+    """Step Law optimal peak learning rate (Li et al. 2025; docs/laws.md section 4).
 
     .. math:: \\eta^* = 1.79\\, N^{-0.713} D^{0.307}
 
@@ -71,7 +71,7 @@ def step_law_lr_opt(N, D) -> jax.Array:
 
 
 def step_law_batch_opt(D) -> jax.Array:
-    """Step Law optimal batch size (Li et al. 2025; MATH.md section 4).
+    """Step Law optimal batch size (Li et al. 2025; docs/laws.md section 4).
 
     .. math:: B^* = 0.58\\, D^{0.571}
 
@@ -91,7 +91,7 @@ def step_law_batch_opt(D) -> jax.Array:
 
 
 def deepseek_lr_opt(C) -> jax.Array:
-    """DeepSeek LLM optimal peak learning rate (DeepSeek-AI 2024; MATH.md section 4).
+    """DeepSeek LLM optimal peak learning rate (DeepSeek-AI 2024; docs/laws.md section 4).
 
     .. math:: \\eta^* = 0.3118\\, C^{-0.125}
 
@@ -110,7 +110,7 @@ def deepseek_lr_opt(C) -> jax.Array:
 
 
 def deepseek_batch_opt(C) -> jax.Array:
-    """DeepSeek LLM optimal batch size (DeepSeek-AI 2024; MATH.md section 4).
+    """DeepSeek LLM optimal batch size (DeepSeek-AI 2024; docs/laws.md section 4).
 
     .. math:: B^* = 0.2920\\, C^{0.3271}
 
@@ -177,7 +177,7 @@ def compute_6nd(N, D) -> jax.Array:
 
 
 def zhou_lr_opt(N, D) -> jax.Array:
-    """The LR paper's optimal peak learning rate (Zhou et al. 2026; MATH.md section 4).
+    """The LR paper's optimal peak learning rate (Zhou et al. 2026; docs/laws.md section 4).
 
     .. math:: \\eta^* = 38.4588\\, N^{-0.2219} D^{-0.3509}
 

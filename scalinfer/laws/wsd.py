@@ -1,4 +1,4 @@
-"""Loss along one run under a Warmup-Stable-Decay schedule (MATH.md section 2, the LR paper's eq:ld).
+"""Loss along one run under a Warmup-Stable-Decay schedule (docs/laws.md section 2, the LR paper's Eq. 4).
 
     L(D) = L0 + A D^-gamma                                    [nats/token]
 
@@ -15,7 +15,7 @@ __all__ = ["loss_wsd", "tokens_to_target_wsd"]
 
 
 def loss_wsd(D, L0, A, gamma) -> jax.Array:
-    """Loss after decaying at D tokens under WSD (MATH.md section 2).
+    """Loss after decaying at D tokens under WSD (docs/laws.md section 2).
 
     .. math:: L(D) = L_0 + A D^{-\\gamma}
 
@@ -39,7 +39,7 @@ def loss_wsd(D, L0, A, gamma) -> jax.Array:
 
 
 def tokens_to_target_wsd(L_target, L0, A, gamma) -> jax.Array:
-    """Tokens a WSD run needs to reach ``L_target`` (inverse of `loss_wsd`, MATH.md section 2).
+    """Tokens a WSD run needs to reach ``L_target`` (inverse of `loss_wsd`, docs/laws.md section 2).
 
     .. math:: D = \\left(\\frac{A}{L^* - L_0}\\right)^{1/\\gamma}, \\qquad
               D = \\infty \\text{ if } L^* \\le L_0

@@ -3,7 +3,7 @@
 =================  ==========================================================================================
 name               what it fits
 =================  ==========================================================================================
-``chinchilla``     L(N, D) = E + A N^-alpha + B D^-beta, in log space (MATH.md section 1)
+``chinchilla``     L(N, D) = E + A N^-alpha + B D^-beta, in log space (docs/laws.md section 1)
 ``surface``        loss over (N, D, LR, B) with valleys around eta*(N, D, B) and B*(N, D) (sections 3-4)
 ``classic``        per-setting quadratic vertex in log LR, then OLS of log eta* on log N, log D (bootstrap)
 ``batch-openai``   steps to target S = S_min (1 + B_crit / B) (section 5, McCandlish et al.)

@@ -1,4 +1,4 @@
-r"""``chinchilla``: final loss as a function of model size and data (MATH.md section 1).
+r"""``chinchilla``: final loss as a function of model size and data (docs/laws.md section 1).
 
 .. math::
 
@@ -130,7 +130,7 @@ class Chinchilla(Model):
         return super().extrapolation(constants, N=N, D=D)
 
     def true_params(self):
-        # Epoch AI's refit of Chinchilla (MATH.md section 1), as a realistic truth for simulation
+        # Epoch AI's refit of Chinchilla (docs/laws.md section 1), as a realistic truth for simulation
         return {"E": 1.8172, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658, "sigma": 0.01}
 
     def default_design(self, seed: int = 0) -> pd.DataFrame:

@@ -1,8 +1,8 @@
-r"""``classic``: the Fitting paradigm as practised (Zhou et al. 2026; MATH.md sections 3-4), with bootstrap
+r"""``classic``: the Fitting paradigm as practised (Zhou et al. 2026; docs/laws.md sections 3-4), with bootstrap
 intervals. A baseline for the ``surface`` model.
 
 Stage 1, per setting s = (N, D[, group]), on its converged runs: take the best run (lowest loss) at
-(eta_b, B_b); fit the quadratic of MATH.md's eq:loss-n-d,
+(eta_b, B_b); fit the quadratic of docs/laws.md section 3,
 
 .. math:: L(\eta) = L_{min} + C (\log \eta - \log \eta^*_s)^2,
 

@@ -1,4 +1,4 @@
-"""Figures of the batch models (MATH.md section 5) and of the batch-size schedule.
+"""Figures of the batch models (docs/laws.md section 5) and of the batch-size schedule.
 
 =====================  ===================================================================================
 kind                   figure

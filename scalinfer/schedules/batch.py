@@ -1,4 +1,4 @@
-r"""Batch-size schedules from a batch posterior (MATH.md section 5), in the schedule file format (`.file`).
+r"""Batch-size schedules from a batch posterior (docs/laws.md section 5), in the schedule file format (`.file`).
 
 A dynamic batch grows with the tokens seen, following B_opt (the batch that reaches a loss with the fewest
 tokens) at the loss the run is expected to have reached, clipped below by B_min (the smallest batch that can

@@ -9,7 +9,7 @@ With peak eta, warmup W, decay length K, total T, decay shape f and final fracti
 
     f(p) = 1 - p (linear),  (1 + cos(pi p)) / 2 (cosine),  1 - sqrt(p) (1-sqrt),  p in [0, 1].
 
-A decay branch (MATH.md section 2) forks from the stable phase at F tokens and decays over K_F:
+A decay branch (docs/laws.md section 2) forks from the stable phase at F tokens and decays over K_F:
 ``eta_F(t) = eta`` for t < F, ``r eta + (1 - r) eta f((t - F) / K_F)`` on [F, F + K_F), ``r eta`` after.
 The trainer measures t in tokens seen, so a batch that grows during the run keeps the schedule; the
 functions take any one unit. Values are float32 (JAX arrays), as the train step uses them.

@@ -1,11 +1,11 @@
-"""The calibration plan of the Fitting paradigm (MATH.md section 4, "search factor"), written as a sweep file.
+"""The calibration plan of the Fitting paradigm (docs/laws.md section 4, "the search factor"), written as a sweep file.
 
 A full grid over model size N, data D and learning rate eta trains n_N * n_D * n_eta models from scratch:
 O(n^3). The Fitting paradigm needs far less:
 
 - the LR law removes most of the eta axis: C_eta learning rates per size, spaced by a constant factor around
-  the optimum a prior law predicts, are enough to place the vertex of the loss valley (MATH.md section 3);
-- the WSD law of MATH.md section 2 removes the D axis: one run per (size, LR, batch) trained to the largest
+  the optimum a prior law predicts, are enough to place the vertex of the loss valley (docs/laws.md section 3);
+- the WSD law of docs/laws.md section 2 removes the D axis: one run per (size, LR, batch) trained to the largest
   D, with C_D decay branches forked from its stable phase, gives C_D + 1 points "trained to D" for the
   price of one run plus C_D short decays.
 

@@ -49,7 +49,7 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class MupConfig:
-    """muP / depth-muP (MATH.md section 6). Multipliers are relative to a base shape.
+    """muP / depth-muP (docs/laws.md section 6). Multipliers are relative to a base shape.
 
     Attributes
     ----------
@@ -159,7 +159,7 @@ class OptimizerConfig:
     b1, b2, eps : Adam moments.
     weight_decay : decoupled weight decay (AdamW's lambda; applied to matrices, not norm gains).
     weight_decay_timescale : if set, lambda is chosen so that the AdamW timescale 1/(eta lambda)
-        is this fraction of the run's steps in every module group (MATH.md section 6), and
+        is this fraction of the run's steps in every module group (docs/laws.md section 6), and
         ``weight_decay`` is ignored.
     clip_grad_norm : global gradient-norm clipping (None = off).
     lr_mult : per-module multipliers.

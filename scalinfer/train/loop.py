@@ -1,7 +1,7 @@
 """The train loop: a pure jitted train step, held-out evaluation, checkpoints, decay branches.
 
 ``train(config, out_dir)`` runs one configuration and returns its run-table records: one for the
-main run and one per decay branch (MATH.md section 2: each branch forked from a stable-phase
+main run and one per decay branch (docs/laws.md section 2: each branch forked from a stable-phase
 checkpoint and decayed gives the final loss at another D). It owns the data, the checkpoints
 and the logs; `train_step` and `eval_loss` are pure functions of arrays.
 
@@ -81,7 +81,7 @@ def make_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, m
 
     ``n_micro`` is traced, so every batch size of a batch-size schedule runs the same compiled
     step (the batch is padded to the largest one). With ``n_micro`` >= 2 it also estimates the
-    gradient noise scale (MATH.md section 5) from the mean squared norm of the micro-batch
+    gradient noise scale (docs/laws.md section 5) from the mean squared norm of the micro-batch
     gradients (batch ``micro_tokens``) and the squared norm of their mean (batch
     ``n_micro * micro_tokens``): metrics ``grad_sq_small``, ``grad_sq_big``, ``grad_sq_true``
     (|G|^2), ``trace_cov`` (tr Sigma, per token) and ``b_simple`` (tokens); NaN when

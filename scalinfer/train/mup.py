@@ -1,4 +1,4 @@
-"""muP and depth-muP multipliers (MATH.md section 6), in one place for the model and the optimizer.
+"""muP and depth-muP multipliers (docs/laws.md section 6), in one place for the model and the optimizer.
 
 With width multiplier m_N = d_model / base_d_model and depth multiplier
 m_L = n_layers / base_n_layers, under Adam(W):

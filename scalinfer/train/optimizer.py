@@ -39,7 +39,7 @@ def lr_multipliers(model: ModelConfig, opt: OptimizerConfig) -> dict[str, float]
 def weight_decays(model: ModelConfig, opt: OptimizerConfig, steps: int) -> dict[str, float]:
     """AdamW lambda per module group. With ``weight_decay_timescale`` tau, lambda_g is set so
     that 1 / (eta_g lambda_g) = tau * steps: the decay forgets over the same share of the run
-    at every width, LR and batch size (lambda proportional to B / (eta D), MATH.md section 6)."""
+    at every width, LR and batch size (lambda proportional to B / (eta D), docs/laws.md section 6)."""
     if opt.weight_decay_timescale is None:
         return {g: opt.weight_decay for g in GROUPS}
     mults = lr_multipliers(model, opt)

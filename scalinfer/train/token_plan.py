@@ -3,7 +3,7 @@
 `make_plan` resolves a `TrainConfig` (and its schedule file, `scalinfer.schedules.file`) into token counts:
 the tokens seen after every step of the main run (the batch may grow with a batch-size schedule), the WSD
 learning rate in tokens (`scalinfer.schedules.wsd`), and the decay branches forked from the stable phase
-(MATH.md section 2). It runs no JAX computation and reads no file but the schedule file.
+(docs/laws.md section 2). It runs no JAX computation and reads no file but the schedule file.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def draw_truth(rng: np.random.Generator) -> dict:
 
 def true_batches(p: dict, N: float = TARGET_N, tokens: float = TARGET_TOKENS) -> tuple[float, float, float]:
     """(target loss, B_min, B_opt) of the truth at N: the loss the token-efficient path reaches after
-    `tokens`, and the two batches for it (closed forms of MATH.md section 5)."""
+    `tokens`, and the two batches for it (closed forms of docs/laws.md section 5)."""
     from scalinfer.models.batch import FLOOR
 
     L_inf, a, c, alpha = (float(np.asarray(v)) for v in FLOOR.truth(p, N))

@@ -1,4 +1,4 @@
-"""The batch-size models (MATH.md section 5), on steps-to-target tables or loss curves.
+"""The batch-size models (docs/laws.md section 5), on steps-to-target tables or loss curves.
 
 =================  ==========================================================================================
 attribute          model

@@ -1,4 +1,4 @@
-r"""``batch-floor``: the noise-floor loss surface L(S; B) = L_inf + a S^-alpha + c / B (MATH.md section 5).
+r"""``batch-floor``: the noise-floor loss surface L(S; B) = L_inf + a S^-alpha + c / B (docs/laws.md section 5).
 
 Our mechanistic reconstruction of the batch-size paper's three stages: at a constant LR (the stable
 phase of WSD) the batch B (tokens per step) sets a noise floor c / B that no number of steps S gets below.
@@ -64,8 +64,8 @@ Priors (L_ref: the smallest loss in the data, observed or target; weakly informa
 - ``c0 ~ Normal(log(0.03 L_ref), 1.5)``: the noise floor at the middle batch, well under a tenth of the
   loss but allowed an order of magnitude either way;
 - ``a_N, c_N ~ Normal(0, 1)``: exponents of N of order one;
-- ``alpha ~ LogNormal(log 0.7, 0.5)``: loss-vs-steps exponents at constant LR, 90% in 0.3-1.6 (MATH.md:
-  0.6-1.33 brackets the published B_opt-vs-data exponents);
+- ``alpha ~ LogNormal(log 0.7, 0.5)``: loss-vs-steps exponents at constant LR, 90% in 0.3-1.6 (docs/laws.md
+  section 5.3: 0.6-1.33 brackets the published B_opt-vs-data exponents);
 - ``tau_l ~ HalfNormal(0.05)``, ``tau_a, tau_c ~ HalfNormal(0.3)``: size-to-size scatter around the power
   laws, a few percent of the floor, tens of percent of the other terms;
 - ``sigma ~ HalfNormal(0.02)`` on log loss (curves: eval noise is about 1%), ``HalfNormal(0.3)`` on log

@@ -1,4 +1,4 @@
-r"""``batch-openai``: steps to a target loss, S = S_min (1 + B_crit / B) (McCandlish et al. 2018; MATH.md 5).
+r"""``batch-openai``: steps to a target loss, S = S_min (1 + B_crit / B) (McCandlish et al. 2018; docs/laws.md 5).
 
 For unit u (a model size N and a target loss L*; see `scalinfer.models.batch.common`) and batch B
 (tokens per step):

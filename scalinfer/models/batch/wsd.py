@@ -1,4 +1,4 @@
-r"""``batch-wsd``: the batch-size paper's piecewise E(S) under a constant (WSD stable-phase) LR (MATH.md 5).
+r"""``batch-wsd``: the batch-size paper's piecewise E(S) at a constant (WSD stable-phase) LR (docs/laws.md section 5).
 
 For unit u (a model size N and a target loss L*), tokens E to reach the target in S steps:
 
