@@ -11,18 +11,12 @@ Everything here runs on one compiled program per model and data shapes, `_batch_
   x + h e_i; h = eps^(1/2), so the error is ~1e-8 relative in float64), replaces its
   eigenvalues by their absolute values (a saddle is left, not approached: the joint density of a
   hierarchical model has saddles), and evaluates the step at every length 1, 1/2, 1/4, ... in one batch,
-  keeping the longest that meets Armijo's condition. On Step Law's 1,911 runs (78 unconstrained
-  parameters) this reaches the mode to a gradient of 3e-10 in 25 iterations (51 batches, 0.75 s) from the
-  model's rough start; the first 20 iterations cross regions where the Hessian is indefinite.
-- **Why not L-BFGS.** This module used optax's L-BFGS in one compiled `lax.while_loop`, then Newton steps
-  from an exactly differentiated Hessian (`jax.hessian`). On Step Law L-BFGS stopped at its 2,000-iteration
-  cap with a gradient of 134 (the posterior's curvatures span 1e-1 to 1e8, beyond what 10 memory pairs
-  span; scipy's L-BFGS-B with 30 pairs did no better in 5,000 iterations), and the two programs took 15 s of
-  the fit's 21 s to compile. The batched gradient compiles in ~2.5 s; `fit(method="map")` now takes 5-6 s
-  in a new process with an empty compilation cache, and the MAP step of a fit 2.4 s in a new process with a
-  warm cache (`benchmarks/fit_speed.py`), 0.8-1.6 s as the second fit in a process.
-- **Why differences, not `jax.hessian`.** The forward-over-reverse Hessian compiled in 6 s on that table,
-  the batched gradient in 2 s, and the Hessian is needed only to the accuracy of differences: forward ones
+  keeping the longest that meets Armijo's condition.
+- **Why not L-BFGS.** The posterior's curvatures span many orders of magnitude (1e-1 to 1e8 on Step Law),
+  beyond what a few memory pairs capture: L-BFGS stopped far from the mode where Newton converges, and its
+  programs cost more to compile than the batched gradient (figures in benchmarks/README.md).
+- **Why differences, not `jax.hessian`.** The forward-over-reverse Hessian compiles far slower than the
+  batched gradient, and the Hessian is needed only to the accuracy of differences: forward ones
   for Newton's steps, central ones (h = eps^(1/3), error ~1e-10 relative) at the mode for the Laplace
   covariance and NUTS's coordinate scales.
 """

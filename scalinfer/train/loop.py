@@ -302,14 +302,11 @@ def tune_malloc() -> bool:
     """Keep freed memory in glibc's heap so that a train step does not page-fault (Linux, CPU).
 
     XLA:CPU allocates each step's temporary buffers (all the activations kept for the backward
-    pass; ~160 MB for cal-xs) with ``malloc`` from its worker threads. glibc serves requests
-    that large with a fresh ``mmap`` and returns them with ``munmap``, so every step touched its
-    memory anew: 41,700 minor page faults and 95 ms of kernel time per cal-xs step (the elementwise
-    fusions ran 5-10x slower inside the step than alone). With one arena, no ``mmap`` and no
-    trimming, the heap keeps its peak and the step reuses it: 2,000 faults, cal-xs 162 -> 117 ms
-    per step (measured on 2 cores). The cost: the process keeps its peak heap, and all threads
-    share one malloc arena. A 120-step cal-xs `train` run (compile included): 22.4 -> 17.3 s wall,
-    the same losses.
+    pass) with ``malloc`` from its worker threads. glibc serves requests that large with a fresh
+    ``mmap`` and returns them with ``munmap``, so every step would touch its memory anew (page
+    faults and kernel time in every step; the figures are in benchmarks/README.md). With one
+    arena, no ``mmap`` and no trimming, the heap keeps its peak and the step reuses it. The cost:
+    the process keeps its peak heap, and all threads share one malloc arena.
 
     Only takes effect before JAX starts its CPU backend (the worker threads keep the arena they
     started with), so `train` calls it first; returns whether it applied the settings. Skipped

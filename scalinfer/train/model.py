@@ -3,8 +3,8 @@
 Pre-norm blocks (RMSNorm), rotary positions, optional QK-norm, causal softmax attention, and the
 MoE SwiGLU MLP of `scalinfer.train.moe`. Layers are stacked on a leading axis. Up to
 `MAX_UNROLLED_LAYERS` layers the forward pass is unrolled: ``lax.scan`` would store each layer's
-activations for the backward pass in stacked buffers that XLA zero-fills every step (15% of a
-step on CPU at calibration sizes); deeper models use ``lax.scan`` to keep compile time flat.
+activations for the backward pass in stacked buffers that XLA zero-fills every step (a sizeable
+part of a step on CPU at calibration sizes); deeper models use ``lax.scan`` to keep compile time flat.
 Parameters::
 
     embed        [V, D]

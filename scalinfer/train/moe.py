@@ -76,7 +76,7 @@ def dropless_block(cfg: ModelConfig, group: int) -> tuple[int, int]:
 
 # Dispatch and combine as gathers in both directions. Plain indexing would differentiate into
 # scatter-adds over a zero-filled copy; with the inverse index maps at hand, each gradient is a
-# gather too (measured ~2x faster for the whole MoE layer on CPU).
+# gather too (faster for the whole MoE layer on CPU; benchmarks/README.md).
 
 
 def _take_rows(x_NxD, idx_M):
