@@ -35,14 +35,10 @@ FILE_FORMAT = "scalinfer.fit/1"
 METHODS = ("nuts", "map", "laplace", "bootstrap")
 #: thresholds of the diagnostics that `Fit.warnings` reports
 RHAT_MAX, ESS_MIN = 1.01, 400
-#: NUTS's tree depth cap in warmup. Early warmup runs on a mass matrix not yet adapted, where NUTS builds its
-#: longest trees: on Step Law's surface (4 x 1,000 warmup) the first 250 iterations took ~400 leapfrog steps
-#: each, the next 250 ~40 and the rest 18, so three quarters of the fit's gradients went to iterations whose
-#: only use is to feed the step size and the first mass-matrix windows. Capped at 63 steps, those iterations
-#: still move the chain and still give the windows their draws: NUTS took 36 s instead of 67 s, with the
-#: same 15 steps per draw after warmup and a higher minimum bulk ESS (2,391 against 1,618). A cap of 5 was
-#: faster on Step Law but left the adaptation unfinished on smaller tables with 500 warmup (107-624 steps
-#: per draw after warmup, against 38-161 at 6).
+#: NUTS's tree depth cap in warmup (at most 2^6 - 1 = 63 leapfrog steps per iteration). Early warmup runs on a
+#: mass matrix not yet adapted, where NUTS builds its longest trees, though those iterations only feed the step
+#: size and the first mass-matrix windows; capped, they still move the chain and still give the windows their
+#: draws. A smaller cap can leave the adaptation unfinished on small tables (benchmarks/README.md).
 WARMUP_TREE_DEPTH = 6
 
 
@@ -72,7 +68,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         parameters gives a matrix with shrunk correlations, see `scalinfer.inference.nuts.shrunk_covariance`),
         ``"diag"`` or ``"none"``.
     potential_dtype : ``"float32"`` or ``"float64"``: the float type NUTS evaluates the log density in
-        (default: the model's `potential_dtype`; float32 is ~1.8x faster per gradient on CPU). The mode,
+        (default: the model's `potential_dtype`; float32 is the faster per gradient on CPU). The mode,
         its curvature and the draws' constrained values are float64 either way.
     options : the model's options (its dataclass fields, e.g. ``size_scatter``; `Model.with_options`), saved in
         the fit so that `Fit.model` (and a reloaded fit's) is the model fitted.
