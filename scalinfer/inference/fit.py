@@ -68,7 +68,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         parameters gives a matrix with shrunk correlations, see `scalinfer.inference.nuts.shrunk_covariance`),
         ``"diag"`` or ``"none"``.
     potential_dtype : ``"float32"`` or ``"float64"``: the float type NUTS evaluates the log density in
-        (default: the model's `potential_dtype`; float32 is the faster per gradient on CPU). The mode,
+        (default: the model's `potential_dtype`; float32 is faster per gradient on CPU). The mode,
         its curvature and the draws' constrained values are float64 either way.
     options : the model's options (its dataclass fields, e.g. ``size_scatter``; `Model.with_options`), saved in
         the fit so that `Fit.model` (and a reloaded fit's) is the model fitted.
