@@ -19,14 +19,15 @@ __all__ = ["register", "cmd_fit", "cmd_simulate", "cmd_quickstart"]
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from scalinfer.runtime import configure
-
-    configure(n_devices=max(args.chains, 1))  # a device per chain, float64, the compilation cache
-    from scalinfer.inference import fit
     from scalinfer.runs import load_runs
 
     runs = load_runs(args.runs, format=args.format, where=args.where, n_kind=args.n_kind)
     print(runs.report(), file=sys.stderr)
+    from scalinfer.runtime import configure
+
+    configure(n_devices=max(args.chains, 1))  # before JAX starts: a device per chain, float64, the cache
+    from scalinfer.inference import fit
+
     options = {} if args.size_scatter is None else {"size_scatter": args.size_scatter}
     f = fit(runs, model=args.model, method=args.method, chains=args.chains, warmup=args.warmup,
             samples=args.samples, seed=args.seed, quiet=quiet(), **options)
