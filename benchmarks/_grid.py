@@ -56,21 +56,24 @@ def regret(truth: dict, lr: float, batch: float) -> tuple[float, float, float]:
     return 100.0 * (float(near["loss"]) / truth["best_loss"] - 1.0), float(near["lr"]), float(near["batch_tokens"])
 
 
-def winner_draws(fit, N: float, D: float, lrs: np.ndarray, batches: np.ndarray, seed: int = 0) -> np.ndarray:
-    """Which cell wins, per posterior draw of a ``surface`` fit: position (into ``lrs``/``batches``) of the
-    argmin of the grid's simulated log losses.
+def winner_draws(fit, prediction, seed: int = 0) -> np.ndarray:
+    """Which cell wins, per posterior draw of a ``surface`` fit: position of the argmin of the grid's
+    simulated log losses, from ``prediction = fit.predict(N=N, D=D, lr=cell LRs, batch=cell batches)``.
 
     For every draw, the grid's losses as the model predicts them for a new setting at (N, D) (one draw of the
     setting's offsets shared by all its cells), plus the model's own run-to-run noise on log loss (Student-t
-    with ``nu`` degrees of freedom, scale sigma0 + sigma1 * (log loss - log loss_opt)).
+    with ``nu`` degrees of freedom, scale sigma0 + sigma1 * (log loss - log loss_opt)). A cell whose simulated
+    loss is not a number (an overflowing draw) does not win; a draw in which no cell has a finite loss is left
+    out (the result can be shorter than the draws).
     """
-    p = fit.predict(N=N, D=D, lr=lrs, batch=batches)
     d = fit.draws(["sigma0", "sigma1", "nu"])
-    log_loss, log_opt = np.log(p["loss"]), np.log(p["loss_opt"])  # both (draws, cells)
+    log_loss, log_opt = np.log(prediction["loss"]), np.log(prediction["loss_opt"])  # both (draws, cells)
     scale = d["sigma0"][:, None] + d["sigma1"][:, None] * (log_loss - log_opt)
     rng = np.random.default_rng(seed)
-    y = log_loss + scale * rng.standard_t(d["nu"][:, None], size=log_loss.shape)
-    return np.argmin(y, axis=1)
+    with np.errstate(invalid="ignore"):
+        y = log_loss + scale * rng.standard_t(d["nu"][:, None], size=log_loss.shape)
+    y = np.where(np.isnan(y), np.inf, y)
+    return np.argmin(y[np.isfinite(y).any(axis=1)], axis=1)
 
 
 def grid_winner(fit, truth: dict, N: float, D: float, ci: float, seed: int = 0) -> dict:
@@ -80,7 +83,7 @@ def grid_winner(fit, truth: dict, N: float, D: float, ci: float, seed: int = 0) 
     under the model, and whether it lies in the model's central `ci` set of winners."""
     g = truth["grid"]
     lrs, bs = g["lr"].to_numpy(float), g["batch_tokens"].to_numpy(float)
-    win = lrs[winner_draws(fit, N, D, lrs, bs, seed)]
+    win = lrs[winner_draws(fit, fit.predict(N=N, D=D, lr=lrs, batch=bs), seed)]
     values, counts = np.unique(win, return_counts=True)
     prob = dict(zip(values.tolist(), (counts / counts.sum()).tolist()))
     order = sorted(prob, key=prob.get, reverse=True)

@@ -1,0 +1,457 @@
+"""Real-data backtest: fit the sizes up to N_k, predict every larger size, on every published LR sweep at three or
+more model sizes; score the ``surface`` model beside the classic pipeline and the peers' formulas.
+
+Datasets (`DATASETS`; read in place from ``../shared/datasets/`` and ``data/calibration/``):
+
+====================  ==========================================================================================
+steplaw-dense         Step Law's dense grid (5 sizes, 214.7M-1.07B; 17 (N, D) settings, ~12 LRs x 10 batches)
+steplaw-moe-total     Step Law's MoE grid by total non-embedding N (4 configurations, 3 distinct N 0.3% apart)
+steplaw-moe-active    the same runs by active N (4 sizes, 188M-1.24B)
+misfitting            (Mis)Fitting (Li et al. 2025): 11 sizes, 12M-1.0B, one batch (1,048,576 tokens), 3-4 LRs
+calibration           the project's own sweep (``data/calibration/runs.jsonl``), its 4 MoE sizes (the one dense
+                      size is another architecture with a single batch, left out)
+====================  ==========================================================================================
+
+Folds. For each dataset with M sizes N_1 < ... < N_M and each k from ``--min-sizes`` (default 2: one size
+leaves the law's N slope to the prior alone) to M - 1: fit the runs with N <= N_k, then score every setting
+(N, D, group) with N > N_k. A setting's *extrapolation ratio* is N / N_k; scores are reported by ratio
+(<= 2x, 2-4x, 4-10x, > 10x) and by dataset. The unit counted (``n``) is a (fold, held-out setting) pair: a
+setting is scored once per fold that holds it out.
+
+The truth at a held-out setting is its grid of cells (`_grid.cells`: one (LR, batch) point, repeated runs
+averaged) and its *best cell*, the argmin of final loss over LR for a fixed-batch grid (one batch, as in
+(Mis)Fitting) and over (LR, batch) otherwise.
+
+Ties and flat valleys. A grid's best cell is a noisy argmin on a coarse grid: cells whose loss is within
+``--tie-tol`` (default 0.25%, Step Law's own "near-optimal" band; the calibration sweep's re-run differed by
+up to 0.4%) of the best are the *near-best* set. An interval *hits* when it holds the LR (or batch) of any
+near-best cell (``coverage_90`` / ``coverage_50``), and *strictly* when it holds the best cell's
+(``coverage_90_strict`` / ``coverage_50_strict``). Intervals are equal-tailed.
+
+Optima on the grid's edge. A best cell whose LR is the lowest or highest tried at its batch, or (grids of
+several batches) whose batch is the lowest or highest tried at its LR, is flagged ``edge``: the grid does not
+bracket the optimum there, so the true optimum may lie outside it. Edge settings are counted in ``n_edge`` and
+the coverage of the others is reported separately (``coverage_90_interior``).
+
+What is scored, per method and held-out setting:
+
+- ``lr_opt`` / ``batch_opt``: the 90% and 50% intervals of the optimal LR and batch. On a fixed-batch grid
+  the LR scored is the best LR *at the grid's batch* (``surface``: ``lr_opt_at_batch``; ``classic``: its law,
+  fit to vertices at that batch) and there is no batch to score. On two-dimensional grids ``surface`` also
+  reports ``lr_opt_at_batch`` at the best cell's batch (eta* moves with the batch: the like-for-like LR).
+- ``log_score``: the natural log of the posterior predictive probability of the observed best cell. For
+  ``surface``: per posterior draw, the grid's log losses for a new setting at (N, D) plus the model's own
+  run-to-run noise (`_grid.winner_draws`), argmin per draw. For ``classic`` (no noise model): per bootstrap
+  replicate, the cell nearest in (log LR, log batch) to the replicate's (lr_opt, batch_opt). Probabilities
+  are counts smoothed by 1/2 per cell, (count + 1/2) / (draws + cells / 2), so a winner no draw chose costs a
+  finite amount (a draw whose simulated losses overflow is left out). ``log_score_near`` is the log of the
+  mass on the near-best set (the flat-valley version); ``log_score_uniform`` is log(1 / cells), what a guess
+  that knows nothing scores.
+- ``width_90`` / ``width_50``: the median width of the intervals in decades, log10(hi / lo): coverage means
+  little without it (an interval that spans the grid holds every cell).
+- ``regret``: 100 (loss of the cell nearest the recommended point / the best cell's loss - 1), in %. The
+  recommended point is the posterior median (lr_opt, batch_opt) (fixed batch: the median LR at the grid's
+  batch); nearest in (log LR, log batch). ``point_hit``: that cell is near-best.
+- Formulas (no intervals): Step Law's eta*(N, D), B*(D) at the dataset's N (total or active as fitted), and
+  DeepSeek LLM's eta*(C), B*(C) at C = 6 N_active D (`scalinfer.laws.peers.compute_6nd`). On a fixed-batch grid
+  only their LR is used, at the grid's batch. Scored by ``regret`` and ``point_hit``; Step Law's formula was
+  fit to Step Law's dense grid, so its figures there are in-sample.
+
+Each fit prints its wall time (compilation included), the largest R-hat over the scalar parameters (and
+which), and the divergent transitions. (Mis)Fitting's one batch leaves the surface's batch valley to its prior:
+expect large R-hat there; its LR is still scored at the grid's batch.
+
+    .venv/bin/python benchmarks/backtest.py [--chains 2 --warmup 300 --samples 300] [--datasets a,b]
+        [--max-folds K] [--quick]
+
+Prints the tables, then as its LAST line one JSON object: ``bins`` and ``datasets`` for the ``surface``
+model, ``classic`` and ``formulas`` (by name) of the same shape, ``fits`` (one entry per fit) and
+``settings`` (what ran).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from _grid import grid_truth_at, nearest_cell, winner_draws  # benchmarks/, the script's folder, is on sys.path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "datasets"
+BINS = (("<=2x", 0.0, 2.0), ("2-4x", 2.0, 4.0), ("4-10x", 4.0, 10.0), (">10x", 10.0, math.inf))
+LEVELS = (0.9, 0.5)
+FORMULAS = ("step_law", "deepseek_llm")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A run table to backtest: where it is, how `scalinfer.load_runs` reads it, which rows."""
+
+    name: str
+    path: Path
+    format: str | None
+    n_kind: str = "total"
+    where: str | None = None
+
+    def load(self, N_max: float | None = None):
+        import scalinfer
+
+        where = [w for w in (self.where, None if N_max is None else f"N <= {float(N_max) * (1 + 1e-9)!r}") if w]
+        return scalinfer.load_runs(self.path, format=self.format, n_kind=self.n_kind,
+                                   where=" and ".join(f"({w})" for w in where) or None)
+
+
+DATASETS = (
+    Dataset("steplaw-dense", SHARED / "steplaw" / "dense_runs.csv", "steplaw"),
+    Dataset("steplaw-moe-total", SHARED / "steplaw" / "moe_runs.csv", "steplaw-moe", n_kind="total"),
+    Dataset("steplaw-moe-active", SHARED / "steplaw" / "moe_runs.csv", "steplaw-moe", n_kind="active"),
+    Dataset("misfitting", SHARED / "misfitting_li2025", "misfitting"),
+    Dataset("calibration", ROOT / "data" / "calibration" / "runs.jsonl", "jsonl", where="arch == 'moe-e8k2'"),
+)
+
+
+# ---- the truth at a held-out setting ---------------------------------------------------------------------------
+def setting_truth(full, N: float, D: float, group: str, tie_tol: float) -> dict:
+    """`_grid.grid_truth_at` plus the near-best set, the edge flags and whether the grid has one batch."""
+    t = grid_truth_at(full, N, D, group)
+    g = t["grid"]
+    near = g["loss"].to_numpy() <= t["best_loss"] * (1 + tie_tol)
+    same_lr = np.isclose(g["lr"], t["best_lr"], rtol=1e-2)  # one LR of the grid logged to 3 or 4 digits
+    lrs_at_b = g.loc[g["batch_tokens"] == t["best_batch"], "lr"]
+    bs_at_lr = g.loc[same_lr, "batch_tokens"]
+    fixed = g["batch_tokens"].nunique() == 1
+    return {**t, "near": near, "fixed_batch": fixed, "n_cells": len(g),
+            "edge_lr": bool(t["best_lr"] in (lrs_at_b.min(), lrs_at_b.max())),
+            "edge_batch": bool(not fixed and t["best_batch"] in (bs_at_lr.min(), bs_at_lr.max()))}
+
+
+def _hits(lo: float, hi: float, best: float, near_values: np.ndarray) -> tuple[bool, bool]:
+    """(holds any near-best value, holds the best value)."""
+    return bool(np.any((near_values >= lo) & (near_values <= hi))), bool(lo <= best <= hi)
+
+
+def _log_scores(win: np.ndarray, t: dict) -> dict:
+    """Log scores of winning-cell draws (positions into the grid's cells), smoothed by 1/2 per cell."""
+    counts = np.bincount(win, minlength=t["n_cells"]).astype(float)
+    p = (counts + 0.5) / (counts.sum() + 0.5 * t["n_cells"])
+    best = int(np.argmin(t["grid"]["loss"].to_numpy()))
+    return {"log_score": float(np.log(p[best])), "log_score_near": float(np.log(p[t["near"]].sum())),
+            "log_score_uniform": float(-np.log(t["n_cells"]))}
+
+
+def score_point(t: dict, lr: float, batch: float | None, tie_tol: float) -> dict:
+    """Regret (%) of the cell nearest the point, and whether that cell is near-best. A fixed-batch grid is
+    scored at its own batch."""
+    g = t["grid"]
+    b = float(g["batch_tokens"].iloc[0]) if t["fixed_batch"] or batch is None else batch
+    i = nearest_cell(g, lr, b)
+    r = 100.0 * (float(g.loc[i, "loss"]) / t["best_loss"] - 1.0)
+    return {"regret": r, "point_hit": bool(r <= 100.0 * tie_tol + 1e-12), "point_lr": lr, "point_batch": b}
+
+
+def score_intervals(t: dict, draws: dict) -> dict:
+    """Coverage of the 90% / 50% intervals of each quantity's draws: name -> (n_draws,)."""
+    g = t["grid"]
+    near = g[t["near"]]
+    near_at_b = near.loc[near["batch_tokens"] == t["best_batch"], "lr"].to_numpy()
+    truth = {"lr_opt": (t["best_lr"], near["lr"].to_numpy()),
+             "lr_opt_at_batch": (t["best_lr"], near_at_b),
+             "batch_opt": (t["best_batch"], near["batch_tokens"].to_numpy())}
+    out = {}
+    for name, v in draws.items():
+        best, near_values = truth[name]
+        for ci in LEVELS:
+            lo, hi = np.quantile(v, [(1 - ci) / 2, (1 + ci) / 2])
+            tol, strict = _hits(lo, hi, best, near_values)
+            out[f"{name}_{ci:g}"] = [float(lo), float(hi)]
+            out[f"width_{ci:g}_{name}"] = float(np.log10(hi / lo))
+            out[f"hit_{ci:g}_{name}"], out[f"hit_{ci:g}_strict_{name}"] = tol, strict
+    return out
+
+
+# ---- the methods -------------------------------------------------------------------------------------------------
+def score_surface(fit, t: dict, N: float, D: float, tie_tol: float, seed: int) -> dict:
+    g = t["grid"]
+    # one prediction at every cell: lr_opt and batch_opt are the same in each column (they depend on (N, D)),
+    # lr_opt_at_batch is at each cell's batch
+    p = fit.predict(N=N, D=D, lr=g["lr"].to_numpy(float), batch=g["batch_tokens"].to_numpy(float))
+    at_best_batch = int(np.flatnonzero(g["batch_tokens"].to_numpy() == t["best_batch"])[0])
+    if t["fixed_batch"]:
+        draws = {"lr_opt": p["lr_opt_at_batch"][:, 0]}
+        point = score_point(t, float(np.median(draws["lr_opt"])), None, tie_tol)
+    else:
+        draws = {"lr_opt": p["lr_opt"][:, 0], "batch_opt": p["batch_opt"][:, 0],
+                 "lr_opt_at_batch": p["lr_opt_at_batch"][:, at_best_batch]}
+        point = score_point(t, float(np.median(draws["lr_opt"])), float(np.median(draws["batch_opt"])), tie_tol)
+    return {**score_intervals(t, draws), **point, **_log_scores(winner_draws(fit, p, seed), t)}
+
+
+def score_classic(fit, t: dict, N: float, D: float, tie_tol: float) -> dict:
+    g = t["grid"]
+    p = fit.predict(N=N, D=D)
+    lr = np.asarray(p["lr_opt"], float)
+    if t["fixed_batch"]:
+        draws, b = {"lr_opt": lr}, np.full_like(lr, float(g["batch_tokens"].iloc[0]))
+        point = score_point(t, float(np.median(lr)), None, tie_tol)
+    else:
+        b = np.asarray(p["batch_opt"], float)
+        draws = {"lr_opt": lr, "batch_opt": b}
+        point = score_point(t, float(np.median(lr)), float(np.median(b)), tie_tol)
+    d = ((np.log(lr)[:, None] - np.log(g["lr"].to_numpy())[None]) ** 2
+         + (np.log(b)[:, None] - np.log(g["batch_tokens"].to_numpy())[None]) ** 2)
+    return {**score_intervals(t, draws), **point, **_log_scores(np.argmin(d, axis=1), t)}
+
+
+def score_formula(name: str, t: dict, N: float, N_active: float, D: float, tie_tol: float) -> dict:
+    from scalinfer.laws.peers import BASELINES
+
+    lr_fn, b_fn = BASELINES[name]
+    n = N_active if name == "deepseek_llm" else N  # DeepSeek's C = 6 N D counts active parameters
+    batch = None if b_fn is None else float(b_fn(n, D))
+    return score_point(t, float(lr_fn(n, D)), batch, tie_tol)
+
+
+# ---- folds ------------------------------------------------------------------------------------------------------
+def rhat_max(fit) -> tuple[float, str]:
+    """The largest R-hat over the fit's scalar parameters, and whose."""
+    s = {k: v["r_hat"] for k, v in fit.summary().items() if np.isfinite(v["r_hat"])}
+    if not s:
+        return float("nan"), ""
+    worst = max(s, key=s.get)
+    return float(s[worst]), worst
+
+
+def run_fold(ds: Dataset, full, sizes: list[float], k: int, args) -> tuple[dict, list[dict]]:
+    """Fit N <= N_k (surface, classic), score every setting with N > N_k. Returns (fit record, rows)."""
+    import scalinfer
+    from scalinfer.errors import ScalinferError
+
+    N_k = sizes[k - 1]
+    runs = ds.load(N_k)
+    rec = {"dataset": ds.name, "k": k, "N_max": float(N_k), "n_runs": len(runs)}
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        fit = scalinfer.fit(runs, model="surface", chains=args.chains, warmup=args.warmup, samples=args.samples,
+                            seed=args.seed)
+    except ScalinferError as e:  # a failed fit is a result: report it and go on
+        fit = None
+        rec["surface_error"] = str(e)
+    rec["surface_wall_s"], rec["surface_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
+    rec["load"] = os.getloadavg()[0]
+    if fit is not None:
+        rec["rhat_max"], rec["rhat_worst"] = rhat_max(fit)
+        rec["divergences"] = fit.divergences
+    t0 = time.perf_counter()
+    try:
+        classic = scalinfer.fit(runs, model="classic", chains=args.chains, samples=args.samples, seed=args.seed)
+    except ScalinferError as e:
+        classic = None
+        rec["classic_error"] = str(e)
+    rec["classic_wall_s"] = time.perf_counter() - t0
+
+    rows = []
+    held = full[full["N"] > N_k * (1 + 1e-9)]
+    for (N, D, group), sub in held.groupby(["N", "D", "group"], sort=True):
+        t = setting_truth(full, N, D, group, args.tie_tol)
+        N_active = float(sub["N_active"].iloc[0]) if "N_active" in sub and np.isfinite(sub["N_active"].iloc[0]) \
+            else float(N)
+        row = {"dataset": ds.name, "k": k, "N_fit_max": float(N_k), "N": float(N), "D": float(D),
+               "group": str(group), "ratio": float(N / N_k), "n_cells": t["n_cells"], "fixed_batch": t["fixed_batch"],
+               "best_lr": t["best_lr"], "best_batch": t["best_batch"], "edge": t["edge_lr"] or t["edge_batch"],
+               "edge_lr": t["edge_lr"], "edge_batch": t["edge_batch"], "methods": {}}
+        if fit is not None:
+            row["methods"]["surface"] = score_surface(fit, t, N, D, args.tie_tol, args.seed)
+        if classic is not None:
+            row["methods"]["classic"] = score_classic(classic, t, N, D, args.tie_tol)
+        for name in FORMULAS:
+            row["methods"][name] = score_formula(name, t, N, N_active, D, args.tie_tol)
+        rows.append(row)
+    rec["n_heldout"] = len(rows)
+    return rec, rows
+
+
+def folds_of(sizes: list[float], min_sizes: int, max_folds: int | None) -> list[int]:
+    """The k's to run (fit N_1..N_k): all from ``min_sizes`` to M - 1, or ``max_folds`` of them spread evenly
+    (the first and last kept)."""
+    ks = list(range(min_sizes, len(sizes)))
+    if max_folds is None or len(ks) <= max_folds:
+        return ks
+    if max_folds == 1:
+        return [ks[0]]
+    pick = np.unique(np.round(np.linspace(0, len(ks) - 1, max_folds)).astype(int))
+    return [ks[i] for i in pick]
+
+
+# ---- aggregates -------------------------------------------------------------------------------------------------
+def _mean(values) -> float | None:
+    v = [float(x) for x in values if x is not None]
+    return float(np.mean(v)) if v else None
+
+
+def _median(values) -> float | None:
+    v = [float(x) for x in values if x is not None]
+    return float(np.median(v)) if v else None
+
+
+def aggregate(rows: list[dict], method: str) -> dict:
+    """Coverage, log score, regret over the rows that scored `method`."""
+    scored = [(r, r["methods"][method]) for r in rows if method in r["methods"]]
+    out: dict = {"n": len(scored), "n_edge": sum(r["edge"] for r, _ in scored)}
+    if not scored:
+        return out
+    has_intervals = any("hit_0.9_lr_opt" in s for _, s in scored)
+    if has_intervals:
+        for ci in LEVELS:
+            for kind in ("", "strict_"):
+                out[f"coverage_{int(100 * ci)}{'_strict' if kind else ''}"] = {
+                    q: _mean(s.get(f"hit_{ci:g}_{kind}{q}") for _, s in scored)
+                    for q in ("lr_opt", "batch_opt", "lr_opt_at_batch")}
+            out[f"coverage_{int(100 * ci)}_interior"] = {
+                q: _mean(s.get(f"hit_{ci:g}_{q}") for r, s in scored if not r["edge"])
+                for q in ("lr_opt", "batch_opt", "lr_opt_at_batch")}
+            out[f"width_{int(100 * ci)}"] = {q: _median(s.get(f"width_{ci:g}_{q}") for _, s in scored)
+                                             for q in ("lr_opt", "batch_opt")}
+        out["n_batch"] = sum("hit_0.9_batch_opt" in s for _, s in scored)
+        for k in ("log_score", "log_score_near", "log_score_uniform"):
+            out[k] = _mean(s.get(k) for _, s in scored)
+    regrets = [s["regret"] for _, s in scored]
+    out["regret"] = float(np.mean(regrets))
+    out["regret_median"] = float(np.median(regrets))
+    out["point_hit"] = _mean(s["point_hit"] for _, s in scored)
+    return out
+
+
+def by_bins_and_datasets(rows: list[dict], method: str) -> dict:
+    bins = []
+    for label, lo, hi in BINS:
+        sub = [r for r in rows if lo < r["ratio"] <= hi]
+        bins.append({"ratio": label, **aggregate(sub, method)})
+    datasets = {name: aggregate([r for r in rows if r["dataset"] == name], method)
+                for name in dict.fromkeys(r["dataset"] for r in rows)}
+    return {"bins": bins, "datasets": datasets, "all": aggregate(rows, method)}
+
+
+# ---- printing ---------------------------------------------------------------------------------------------------
+def _f(v, fmt: str = ".2f", width: int = 6) -> str:
+    return f"{'-':>{width}}" if v is None else f"{v:>{width}{fmt}}"
+
+
+def print_fit(rec: dict) -> None:
+    err = rec.get("surface_error") or rec.get("classic_error")
+    print(f"{rec['dataset']:<19}{rec['k']:>3}{rec['N_max']:>10.3g}{rec['n_runs']:>6}{rec['n_heldout']:>5}"
+          f"{rec['surface_wall_s']:>9.1f}{rec['surface_cpu_s']:>8.1f}{rec['load']:>6.1f}"
+          f"{_f(rec.get('rhat_max'), '.3f', 8)}  {rec.get('rhat_worst', ''):<16}{rec.get('divergences', '-'):>6}"
+          f"{rec['classic_wall_s']:>8.1f}" + (f"  ERROR {err}" if err else ""), flush=True)
+
+
+def print_table(title: str, results: dict, key: str) -> None:
+    """One line per (group, method): key = "bins" or "datasets"."""
+    print(f"\n{title}")
+    head = (f"{'':<19}{'method':<14}{'n':>5}{'edge':>5}  {'90% lr':>7}{'strict':>7}{'90% B':>7}{'50% lr':>7}"
+            f"{'50% B':>7}{'90% lr@B':>9}{'w90 lr':>7}{'w90 B':>6}{'log sc':>8}{'near':>7}{'unif':>7}{'regret%':>8}"
+            f"{'med%':>7}{'pt hit':>7}")
+    print(head)
+    print("-" * len(head))
+    groups = [b["ratio"] for b in results["surface"]["bins"]] if key == "bins" else list(results["surface"][key])
+    for gname in groups:
+        for method, res in results.items():
+            a = next(b for b in res["bins"] if b["ratio"] == gname) if key == "bins" else res[key].get(gname)
+            if not a or not a.get("n"):
+                continue
+            c90, c50, s90 = a.get("coverage_90", {}), a.get("coverage_50", {}), a.get("coverage_90_strict", {})
+            w90 = a.get("width_90", {})
+            print(f"{gname:<19}{method:<14}{a['n']:>5}{a['n_edge']:>5}  {_f(c90.get('lr_opt'), '.2f', 7)}"
+                  f"{_f(s90.get('lr_opt'), '.2f', 7)}{_f(c90.get('batch_opt'), '.2f', 7)}"
+                  f"{_f(c50.get('lr_opt'), '.2f', 7)}{_f(c50.get('batch_opt'), '.2f', 7)}"
+                  f"{_f(c90.get('lr_opt_at_batch'), '.2f', 9)}{_f(w90.get('lr_opt'), '.2f', 7)}"
+                  f"{_f(w90.get('batch_opt'), '.2f', 6)}{_f(a.get('log_score'), '.2f', 8)}"
+                  f"{_f(a.get('log_score_near'), '.2f', 7)}{_f(a.get('log_score_uniform'), '.2f', 7)}"
+                  f"{_f(a['regret'], '.2f', 8)}{_f(a['regret_median'], '.2f', 7)}{_f(a['point_hit'], '.2f', 7)}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--datasets", default=",".join(d.name for d in DATASETS),
+                    help="comma-separated names (default: all)")
+    ap.add_argument("--chains", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--samples", type=int, default=300, help="draws per chain")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--min-sizes", type=int, default=2, help="fit at least this many sizes (default 2)")
+    ap.add_argument("--max-folds", type=int, default=None, help="at most this many k's per dataset (spread evenly)")
+    ap.add_argument("--tie-tol", type=float, default=0.0025,
+                    help="cells within this fraction of the best cell's loss are near-best (default 0.0025)")
+    ap.add_argument("--quick", action="store_true", help="2 chains x (200 + 200), one fold per dataset")
+    ap.add_argument("--rows", action="store_true", help="add every scored (fold, setting) to the JSON")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.chains, args.warmup, args.samples, args.max_folds = 2, 200, 200, 1
+    chosen = [d for d in DATASETS if d.name in args.datasets.split(",")]
+    unknown = set(args.datasets.split(",")) - {d.name for d in DATASETS}
+    if unknown:
+        print(f"unknown dataset(s): {', '.join(sorted(unknown))} (known: {', '.join(d.name for d in DATASETS)})",
+              file=sys.stderr)
+        return 2
+    missing = [str(d.path) for d in chosen if not d.path.exists()]
+    if missing:
+        print(f"dataset(s) not found: {', '.join(missing)} (read in place, never copied)", file=sys.stderr)
+        return 2
+
+    import scalinfer.runtime
+
+    scalinfer.runtime.configure(n_devices=args.chains)  # a CPU device per chain, before JAX starts
+    t_start = time.perf_counter()
+    load0 = os.getloadavg()[0]
+    fits, rows = [], []
+    print(f"{'dataset':<19}{'k':>3}{'N_k':>10}{'runs':>6}{'held':>5}{'wall s':>9}{'cpu s':>8}{'load':>6}{'R-hat':>8}"
+          f"  {'(worst)':<16}{'div':>6}{'classic':>8}")
+    for ds in chosen:
+        full = ds.load().df
+        sizes = sorted(float(n) for n in full["N"].unique())
+        for k in folds_of(sizes, args.min_sizes, args.max_folds):
+            rec, r = run_fold(ds, full, sizes, k, args)
+            fits.append(rec)
+            rows.extend(r)
+            print_fit(rec)
+    wall = time.perf_counter() - t_start
+
+    methods = ["surface", "classic", *FORMULAS]
+    results = {m: by_bins_and_datasets(rows, m) for m in methods}
+    print(f"\nscored (fold, held-out setting) pairs: {len(rows)}; coverage = share of intervals holding a near-best "
+          f"cell (within {100 * args.tie_tol:g}% of the best loss), strict = holding the best cell; lr@B = surface's "
+          "best LR at the best cell's batch; w90 = median width of the 90% interval in decades (log10 hi/lo); "
+          "log sc = log P(observed best cell), near = log P(a near-best cell wins), unif = log(1/cells); "
+          "regret = % over the best loss of the cell nearest the recommended point")
+    print_table("by extrapolation ratio (target N / largest fitted N)", results, "bins")
+    print_table("by dataset", results, "datasets")
+    print("\n90% coverage of settings whose best cell is inside the grid (not on its edge):")
+    for m in ("surface", "classic"):
+        for name, a in results[m]["datasets"].items():
+            ci = a.get("coverage_90_interior", {})
+            print(f"  {m:<8} {name:<19} n={a['n'] - a['n_edge']:>3}  lr {_f(ci.get('lr_opt'), '.2f', 5)}  "
+                  f"batch {_f(ci.get('batch_opt'), '.2f', 5)}")
+    print(f"\ntotal wall {wall:.0f} s ({len(fits)} folds; {args.chains} chains x ({args.warmup} + {args.samples}); "
+          f"load {load0:.1f} -> {os.getloadavg()[0]:.1f})")
+    settings = {"chains": args.chains, "warmup": args.warmup, "samples": args.samples, "seed": args.seed,
+                "min_sizes": args.min_sizes, "max_folds": args.max_folds, "tie_tol": args.tie_tol,
+                "datasets": [d.name for d in chosen]}
+    report = {"bins": results["surface"]["bins"], "datasets": results["surface"]["datasets"],
+              "all": results["surface"]["all"],
+              "classic": results["classic"], "formulas": {m: results[m] for m in FORMULAS},
+              "fits": fits, "settings": settings, "wall_s": wall, "load": [load0, os.getloadavg()[0]]}
+    if args.rows:
+        report["rows"] = rows
+    print(json.dumps(report, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
