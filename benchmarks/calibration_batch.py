@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--samples", type=int, default=400)
     ap.add_argument("--records", type=int, default=10, help="records per loss curve")
     args = ap.parse_args(argv)
+    import scalinfer.runtime
+
+    scalinfer.runtime.configure(args.chains)  # as the CLI: a device per chain, float64, the persistent cache
     t0 = time.perf_counter()
     rows = []
     for k in range(args.datasets):

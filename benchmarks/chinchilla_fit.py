@@ -27,6 +27,8 @@ CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import scalinfer
+import scalinfer.runtime
+scalinfer.runtime.configure(int(sys.argv[2]))  # as the CLI: a device per chain, float64, the persistent cache
 runs = scalinfer.load_runs(sys.argv[1], format="chinchilla")
 f = scalinfer.fit(runs, model="chinchilla", chains=int(sys.argv[2]), warmup=int(sys.argv[3]),
                   samples=int(sys.argv[4]), seed=0)

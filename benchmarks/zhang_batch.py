@@ -69,7 +69,10 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"dataset not found: {DATA}")
 
     import scalinfer
+    import scalinfer.runtime
     from scalinfer.inference.compare import compare_fits, loo_table
+
+    scalinfer.runtime.configure(args.chains)  # as the CLI: a device per chain, float64, the persistent cache
 
     models = [m for m in args.models.split(",") if m]
     runs = scalinfer.load_runs(DATA)
