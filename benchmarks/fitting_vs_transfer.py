@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--samples", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    import scalinfer.runtime
+
+    scalinfer.runtime.configure(args.chains)  # as the CLI (the sweeps train in worker processes of their own)
     t0 = time.perf_counter()
     runs, df = load_table(args.runs)
     ns = sizes(df)
