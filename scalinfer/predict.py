@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from scalinfer.quantities import Quantity, entries
+
 __all__ = ["Prediction", "interval"]
 
 
@@ -15,6 +17,13 @@ def interval(draws: np.ndarray, ci: float = 0.9, axis: int = 0) -> tuple[np.ndar
     """(median, lo, hi) of the equal-tailed `ci` interval over `axis` (NaN draws propagate as NaN)."""
     q = np.quantile(draws, [0.5, (1 - ci) / 2, (1 + ci) / 2], axis=axis)
     return q[0], q[1], q[2]
+
+
+def _fmt(v: Any) -> str:
+    """A JSON number (or list of them) as text: 4 significant digits, null as nan."""
+    if isinstance(v, list):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+    return "nan" if v is None else f"{v:.4g}"
 
 
 def _jsonable(x: Any) -> Any:
@@ -37,6 +46,8 @@ class Prediction:
     extrapolation : e.g. ``{"N_ratio": ..., "D_ratio": ...}``: target over the largest fitted value.
     ci : the credible mass of the intervals (equal-tailed).
     warnings : diagnostics of the fit that say whether to trust the answer.
+    model : the name of the model that answered; it says what each quantity is (`scalinfer.quantities`: an old
+        name such as ``batch_opt`` is an alias, whose new name is reported beside it and also looked up here).
     """
 
     draws: dict[str, np.ndarray]
@@ -45,25 +56,53 @@ class Prediction:
     extrapolation: dict[str, Any]
     ci: float = 0.9
     warnings: tuple[str, ...] = ()
+    model: str | None = None
 
     def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.draws:  # a new name whose old one the model still reports (an alias)
+            old = [k for k, q in entries(self.draws, self.model) if q.alias_of == name]
+            if old:
+                return self.draws[old[0]]
         return self.draws[name]
 
     def interval(self, name: str, ci: float | None = None):
         """(median, lo, hi) of quantity `name`."""
-        return interval(self.draws[name], self.ci if ci is None else ci)
+        return interval(self[name], self.ci if ci is None else ci)
+
+    def quantities(self) -> list[tuple[str, Quantity]]:
+        """(name, `Quantity`) of each reported quantity, an alias followed by its new name."""
+        out = []
+        for name, q in entries(self.draws, self.model):
+            if not q.unit and self.units.get(name):
+                q = dataclasses.replace(q, unit=self.units[name])
+            out.append((name, q))
+        return out
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON answer: one ``{"median", "lo", "hi"}`` per quantity, ``extrapolation``, ``warnings``."""
+        """The JSON answer: one ``{"median", "lo", "hi", "unit", "definition"}`` per quantity (an alias also
+        ``"alias_of"``), ``extrapolation``, ``ci``, ``targets``, ``warnings``."""
         out: dict[str, Any] = {}
-        for name in self.draws:
+        for name, q in self.quantities():
             med, lo, hi = self.interval(name)
-            out[name] = {"median": _jsonable(med), "lo": _jsonable(lo), "hi": _jsonable(hi)}
+            out[name] = {"median": _jsonable(med), "lo": _jsonable(lo), "hi": _jsonable(hi), **q.entry()}
         out["extrapolation"] = {k: _jsonable(v) for k, v in self.extrapolation.items()}
         out["ci"] = self.ci
         out["targets"] = {k: _jsonable(v) for k, v in self.targets.items() if v is not None}
         out["warnings"] = list(self.warnings)
         return out
+
+    def to_text(self) -> str:
+        """The answer as text: a line per quantity (median [lo, hi] unit: definition), the extrapolation and the
+        warnings (what ``scalinfer predict`` prints)."""
+        d = self.to_dict()
+        lines = []
+        for name, q in self.quantities():
+            v = d[name]
+            lines.append(f"{name:>18}: {_fmt(v['median'])}  [{_fmt(v['lo'])}, {_fmt(v['hi'])}]  {q.unit}"
+                         + (f"  ({q.definition})" if q.definition else ""))
+        lines.append(f"{'extrapolation':>18}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in d["extrapolation"].items()))
+        lines.extend(f"warning: {w}" for w in d["warnings"])
+        return "\n".join(lines)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per target point: the targets, then median/lo/hi of each quantity."""

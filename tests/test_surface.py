@@ -472,7 +472,8 @@ def test_cli_predict_json(surface_fit):
     assert r.code == 0, r.err
     out = r.json()
     for q in ("lr_opt", "batch_opt", "loss_opt"):
-        assert set(out[q]) == {"median", "lo", "hi"} and out[q]["lo"] < out[q]["median"] < out[q]["hi"]
+        assert set(out[q]) >= {"median", "lo", "hi", "unit", "definition"}
+        assert out[q]["lo"] < out[q]["median"] < out[q]["hi"]
     assert "loss" not in out
     assert out["extrapolation"]["N_ratio"] == pytest.approx(1e9 / 6e8)
     r = run_cli("predict", path, "--N", "1e9", "--D", "4e10", "--lr", "2e-3", "--batch", "5e5", "--json")

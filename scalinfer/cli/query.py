@@ -105,24 +105,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
         return 0
-    for k, v in out.items():
-        if isinstance(v, dict) and "median" in v:
-            unit = pred.units.get(k, "")
-            print(f"{k:>18}: {_fmt(v['median'])}  [{_fmt(v['lo'])}, {_fmt(v['hi'])}]  {unit}")
-    print(f"{'extrapolation':>18}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in out["extrapolation"].items()))
-    for w in out["warnings"]:
-        print(f"warning: {w}")
+    print(pred.to_text())
     return 0
 
 
 def _flags(names) -> str:
     return ", ".join("--" + k.replace("_", "-") for k in names)
-
-
-def _fmt(v) -> str:
-    if isinstance(v, list):
-        return "[" + ", ".join(_fmt(x) for x in v) + "]"
-    return "nan" if v is None else f"{v:.4g}"
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

@@ -12,9 +12,13 @@ depend on the batch B (tokens per step):
 and the law of the loss-optimal batch at fixed (N, D), log B*(N, D) = log c_B + a_B log N + b_B log D
 (`log_batch_opt_law`; the surface model's, with the LR valley and ridge of `scalinfer.laws.lr`).
 
-The batch sizes they return follow different definitions (docs/laws.md section 5.4 lists them): B_crit is
-OpenAI's 2x-overhead point; B_min the smallest batch that reaches the target at all; B_opt the batch
-that reaches it with the fewest tokens at constant LR. Compare numbers only within one definition.
+The batch sizes they return follow different definitions (docs/laws.md section 5.4 lists them; their names
+in the answers: `scalinfer.quantities`): B_crit = E_min / S_min, which is the 2x-overhead point (twice the
+fewest steps and twice the fewest tokens) only under OpenAI's hyperbola, not under the other two curves
+(under the noise floor E_min / S_min = (1 + 1/alpha)(1 + alpha)^(1/alpha) B_min, ~2.1 B_opt at alpha = 0.7,
+where steps and tokens are both ~1.36x their minima); B_min the smallest batch that reaches the target at
+all; B_opt (``batch_token_opt``) the batch that reaches it with the fewest tokens at constant LR; B*
+(``batch_loss_opt``) the batch of the lowest loss at fixed (N, D). Compare numbers only within one definition.
 
 Units: batch in tokens per optimizer step, S in optimizer steps, E in tokens, loss in nats/token.
 Every function is pure `jax.numpy`, broadcasts over its arguments and jits/vmaps; where a target is
@@ -131,11 +135,13 @@ def tokens_at_steps_openai(S, S_min, E_min) -> jax.Array:
 
 
 def batch_crit_openai(S_min, E_min) -> jax.Array:
-    """OpenAI's critical batch (docs/laws.md section 5): the 2x-overhead point.
+    """OpenAI's critical batch (docs/laws.md section 5): E_min / S_min, their model's 2x-overhead point.
 
     .. math:: B_{crit} = E_{min} / S_{min}
 
-    At B = B_crit both the steps and the tokens are twice their minimum.
+    On OpenAI's hyperbola (`steps_openai`) both the steps and the tokens at B = B_crit are twice their
+    minimum. That is a property of the hyperbola, not of E_min / S_min: on another steps-tokens curve the same
+    ratio is another point (on the noise floor's, ~1.36x both at alpha = 0.7; `batch_opt_floor`).
 
     Parameters
     ----------
@@ -468,6 +474,10 @@ def batch_opt_floor(batch_min, alpha) -> jax.Array:
     """Token-minimizing batch for the target loss at constant LR, noise-floor law (docs/laws.md section 5).
 
     .. math:: B_{opt} = E_{min} / S_{opt} = (1 + 1/\\alpha) B_{min}
+
+    (``batch_token_opt`` in the answers.) E_min / S_min, OpenAI's B_crit formula, is
+    (1 + alpha)^(1/alpha) B_opt here (~2.13 B_opt at alpha = 0.7), where the steps and the tokens are both
+    (1 - B_min / B)^(-1/alpha) ~ 1.36x their minima: not the 2x-overhead point it is under OpenAI's hyperbola.
 
     Parameters
     ----------
