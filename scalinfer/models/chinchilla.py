@@ -45,6 +45,7 @@ import pandas as pd
 from scalinfer.laws import compute_optimal, log_loss_chinchilla
 from scalinfer.models.base import Arrays, Model
 from scalinfer.runs.schema import RunTable
+from scalinfer.runtime import float64
 
 __all__ = ["Chinchilla", "MODEL"]
 
@@ -103,6 +104,7 @@ class Chinchilla(Model):
             "B": np.exp(draws["b_c"] + draws["beta"] * constants["m_D"]),
         }
 
+    @float64  # the laws in float64, as the fit
     def predict(self, draws, constants, N=None, D=None, C=None):
         """Loss at (N, D); with ``C`` (FLOPs) instead, the compute-optimal N, D and their loss."""
         p = self.derived(draws, constants)
