@@ -1,6 +1,6 @@
-"""The NUTS driver (`scalinfer.inference.nuts.run_nuts`): tree depth caps, the scaled coordinates, what it
-records, and the errors for malformed arguments. A 3-dimensional Gaussian with very different scales is the
-target: its answer is known exactly."""
+"""NUTS (`scalinfer.inference.nuts`): the driver `run_nuts` (tree depth caps, the scaled coordinates, what it
+records, the errors for malformed arguments) and the warmup's adaptation triples (dual averaging, Welford, the
+shrunk short windows). The targets are Gaussians: their answers are known exactly."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
+from numpyro.infer.hmc_util import build_adaptation_schedule
 
 import scalinfer  # noqa: F401  (asks for CPU devices before JAX starts)
-from scalinfer.inference.nuts import run_nuts
+from scalinfer.inference.nuts import (
+    Preconditioner, dual_averaging, regularized_mass_matrix, run_nuts, shrunk_covariance, shrunk_windows, step_size,
+    welford_covariance, window_adaptation)
 from scalinfer.runtime import configure
 
 SD = np.array([1e-3, 1.0, 30.0])
@@ -30,7 +33,7 @@ def _run(**kw):
 
 def test_scaled_coordinates_recover_the_target_and_record_warmup():
     # scaled by the true sds, w is standard normal: identity mass is right and steps stay short
-    draws, stats = _run(mean=np.zeros(3), scale=SD, adapt="none")
+    draws, stats = _run(preconditioner=Preconditioner.around({"x": np.zeros(3)}, SD), adapt="none")
     x = draws["x"].reshape(-1, 3)
     # 800 near-independent draws: the sd estimate has relative se ~ 1/sqrt(2 * 800) = 2.5%; 15% is 6 se
     np.testing.assert_allclose(x.std(0), SD, rtol=0.15)
@@ -49,19 +52,30 @@ def test_warmup_tree_depth_caps_warmup_only():
 
 
 def test_no_warmup_records_no_warmup():
-    draws, stats = _run(warmup=0, samples=20, mean=np.zeros(3), scale=SD, adapt="none")
+    draws, stats = _run(warmup=0, samples=20, preconditioner=Preconditioner.around({"x": np.zeros(3)}, SD),
+                        adapt="none")
     assert stats["warmup_num_steps"].shape == (2, 0) and draws["x"].shape == (2, 20, 3)
 
 
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="adapt must be one of"):
         _run(adapt="full")
-    with pytest.raises(ValueError, match="mean and scale must have shape"):
-        _run(mean=np.zeros(2))
+    with pytest.raises(ValueError, match="scale must have shape"):
+        Preconditioner.around({"x": np.zeros(3)}, np.ones(2))
+    with pytest.raises(ValueError, match="preconditioner's sites"):
+        _run(preconditioner=Preconditioner.around({"x": np.zeros(2)}))
     with pytest.raises(ValueError, match="leading axis of size chains=3"):
         _run(chains=3)
-    with pytest.raises(ValueError, match="reserved"):
-        run_nuts(lambda _scale: None, {"_scale": 1.0}, {"x": np.zeros((1, 1))}, chains=1, warmup=1, samples=1)
+
+
+def test_model_arguments_are_all_data():
+    # the preconditioner is an argument of its own: no model argument name is reserved
+    def model(_mean, _scale):
+        numpyro.sample("x", dist.Normal(_mean, _scale))
+
+    draws, _ = run_nuts(model, {"_mean": 5.0, "_scale": 2.0}, {"x": np.zeros(1)}, chains=1, warmup=50,
+                        samples=50, chain_method="sequential")
+    assert draws["x"].shape == (1, 50) and 2 < draws["x"].mean() < 8
 
 
 def test_float32_potential_samples_the_same_target():
@@ -74,7 +88,7 @@ def test_float32_potential_samples_the_same_target():
     configure(2)
     draws, stats = run_nuts(gauss_in_float32, {"sd": SD}, {"x": np.zeros((2, 3))}, chains=2, warmup=200,
                             samples=1000, seed=0, chain_method="sequential", potential_dtype="float32",
-                            mean=np.zeros(3), scale=SD)
+                            preconditioner=Preconditioner.around({"x": np.zeros(3)}, SD))
     x = draws["x"].reshape(-1, 3)
     assert x.dtype == np.float64 and not stats["diverging"].any()
     # 2,000 draws at bulk ESS >= 1,050 (measured, of x and of x^2): the sample sd's relative se is <= 2.5%;
@@ -84,8 +98,6 @@ def test_float32_potential_samples_the_same_target():
 
 
 def test_shrunk_covariance_is_positive_definite_with_fewer_draws_than_dimensions():
-    from scalinfer.inference.nuts import shrunk_covariance
-
     x = np.random.default_rng(0).normal(size=(25, 40)) * np.linspace(0.5, 2.0, 40)
     mask = np.ones(25, bool)
     cov, n = (np.asarray(v) for v in shrunk_covariance(x, mask))
@@ -100,8 +112,6 @@ def test_shrunk_covariance_is_positive_definite_with_fewer_draws_than_dimensions
 
 
 def test_shrunk_covariance_keeps_strong_correlations_and_uses_only_the_masked_rows():
-    from scalinfer.inference.nuts import shrunk_covariance
-
     rng = np.random.default_rng(1)
     sigma = np.array([[1.0, 0.99, 0.0], [0.99, 1.0, 0.0], [0.0, 0.0, 4.0]])
     x = rng.multivariate_normal(np.zeros(3), sigma, size=400)
@@ -120,8 +130,6 @@ def test_shrunk_covariance_keeps_strong_correlations_and_uses_only_the_masked_ro
 
 
 def test_shrunk_covariance_of_a_stuck_coordinate_is_finite():
-    from scalinfer.inference.nuts import shrunk_covariance
-
     x = np.random.default_rng(2).normal(size=(30, 4))
     x[:, 1] = 0.7  # never moved
     cov, _ = (np.asarray(v) for v in shrunk_covariance(x, np.ones(30, bool)))
@@ -131,14 +139,12 @@ def test_shrunk_covariance_of_a_stuck_coordinate_is_finite():
 
 
 def test_only_windows_shorter_than_twice_the_dimension_are_shrunk():
-    from scalinfer.inference.nuts import _window_shrinkage
-
-    # 1,000 warmup: NumPyro's middle windows are 75-99, 100-149, 150-249, 250-449 and 450-949
-    rows, _ = _window_shrinkage(1000, 78)  # Step Law's surface: the 25-, 50- and 100-draw windows
-    assert rows == 250
-    rows, _ = _window_shrinkage(1000, 101)  # 200 < 202: the 200-draw window too
-    assert rows == 450
-    assert _window_shrinkage(1000, 5) is None  # a 5-parameter model keeps NumPyro's estimates
+    # 1,000 warmup: Stan's slow windows are 75-99, 100-149, 150-249, 250-449 and 450-949
+    # Step Law's surface (d = 78): the 25-, 50- and 100-draw windows
+    assert shrunk_windows(1000, 78) == [(75, 99), (100, 149), (150, 249)]
+    assert shrunk_windows(1000, 101)[-1] == (250, 449)  # 200 < 202: the 200-draw window too
+    assert shrunk_windows(1000, 5) == []  # a 5-parameter model keeps the sample covariances
+    assert shrunk_windows(1000, 78, dense=False) == []
 
 
 def corr_gauss(d):
@@ -148,7 +154,7 @@ def corr_gauss(d):
 
 
 def test_dense_adaptation_in_short_windows_recovers_a_correlated_target():
-    # 40 dimensions, 300 warmup: every adaptation window (25, 50, 100 draws... see `_window_shrinkage`) is
+    # 40 dimensions, 300 warmup: every adaptation window (25, 50, 100 draws... see `shrunk_windows`) is
     # shorter than 80, so every dense mass matrix is a shrunk one; the draws must still be the target's
     configure(2)
     d = 40
@@ -162,3 +168,108 @@ def test_dense_adaptation_in_short_windows_recovers_a_correlated_target():
     # windows (singular for 25 draws, poorly conditioned for 50 and 100) it was 120-136
     assert stats["warmup_num_steps"].mean() < 40
     assert stats["num_steps"].mean() < 31
+
+
+# ---- the adaptation's pieces --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_welford_final_is_the_sample_covariance(dense):
+    configure(2)
+    x = np.random.default_rng(3).normal(size=(50, 4)) @ np.array(
+        [[1.0, 0.5, 0, 0], [0, 2.0, 0, 0], [0, 0, 0.1, 0], [0, 0, 0.3, 5.0]])
+    init, update, final = welford_covariance(4, dense)
+    state = init()
+    for row in x:
+        state = update(state, row)
+    cov, n = final(state)
+    sample = np.cov(x.T)
+    assert int(n) == 50
+    np.testing.assert_allclose(np.asarray(state.mean), x.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(cov), sample if dense else np.diag(sample), rtol=1e-10)
+
+
+def test_regularized_mass_matrix_is_stans_and_its_square_root_draws_the_momentum():
+    configure(2)
+    cov = np.array([[2.0, 0.6], [0.6, 0.5]])
+    inverse, sqrt = (np.asarray(v) for v in regularized_mass_matrix(cov, 20))
+    expected = 20 / 25 * cov + 1e-3 * 5 / 25 * np.eye(2)
+    np.testing.assert_allclose(inverse, expected, rtol=1e-12)
+    # the momentum r = S eps has covariance S S' = M, the inverse of M^-1
+    np.testing.assert_allclose(sqrt @ sqrt.T, np.linalg.inv(expected), rtol=1e-10)
+    inverse, sqrt = (np.asarray(v) for v in regularized_mass_matrix(np.diag(cov), 20))
+    np.testing.assert_allclose(sqrt ** 2, 1 / np.diag(expected), rtol=1e-12)
+
+
+def test_dual_averaging_converges_to_the_step_size_of_the_target_acceptance():
+    # a transition accepting exp(-step^2) on average (decreasing in the step, as leapfrog's energy error):
+    # the step of acceptance 0.8 is sqrt(-log 0.8) = 0.472
+    configure(2)
+    init, update, final = dual_averaging(0.8)
+    state = init(1.0)
+    for _ in range(2000):
+        state = update(state, np.exp(-float(step_size(state.log_step_size)) ** 2))
+    np.testing.assert_allclose(float(final(state)), np.sqrt(-np.log(0.8)), rtol=0.02)
+
+
+def test_the_step_size_adapts_toward_the_target_acceptance_on_a_gaussian():
+    # a 10-d standard normal, targets 0.6 and 0.95: the lower target ends warmup with the longer step and
+    # its kept transitions accept less. Each mean acceptance is near its target, not at it: warmup ends on
+    # the dual average exp(x_bar), a geometric mean of the iterates, below the iterates that met the target
+    # (so the realized acceptance runs above a low target); the acceptance statistic's sd is ~0.2, so over
+    # 2 x 400 correlated transitions the mean's se is ~0.01-0.02, against a tolerance of 0.15
+    configure(2)
+    init = {"x": np.zeros((2, 10))}
+    out = {}
+    for target in (0.6, 0.95):
+        _, stats = run_nuts(lambda: numpyro.sample("x", dist.Normal(np.zeros(10), 1.0)), {}, init, chains=2,
+                            warmup=300, samples=400, seed=1, chain_method="sequential", adapt="diag",
+                            target_accept=target)
+        out[target] = stats
+        assert abs(stats["accept_prob"].mean() - target) < 0.15
+        assert not stats["diverging"].any()
+    assert out[0.6]["accept_prob"].mean() < out[0.95]["accept_prob"].mean() - 0.1
+    assert out[0.6]["warmup_step_size"][:, -1].mean() > out[0.95]["warmup_step_size"][:, -1].mean()
+    assert out[0.6]["num_steps"].mean() < out[0.95]["num_steps"].mean()
+
+
+def test_window_adaptation_sets_the_mass_matrix_from_the_last_window():
+    # iterations fed the same two alternating positions: every slow window's covariance is theirs, the
+    # step size only follows the acceptance
+    configure(2)
+    init, update, final = window_adaptation(200, 2, "dense", 0.8)
+    state = init()
+    points = np.array([[1.0, 2.0], [-1.0, -2.0]])
+    for i in range(200):
+        state = update(state, i, points[i % 2], 0.8)
+    parameters = final(state)
+    # Stan's schedule for 200 iterations: a start buffer 0-74, slow windows 75-99 and 100-149, an end buffer
+    start, end = build_adaptation_schedule(200)[-2]
+    assert (start, end) == (100, 149)
+    cov = np.cov(points[np.arange(start, end + 1) % 2].T)
+    inverse, sqrt = regularized_mass_matrix(cov, end - start + 1)
+    np.testing.assert_allclose(np.asarray(parameters.inverse_mass_matrix), np.asarray(inverse), rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(parameters.mass_matrix_sqrt), np.asarray(sqrt), rtol=1e-10)
+    # acceptance at the target throughout: the dual average stays at its centre mu, which starts at
+    # log(10 * 1) and restarts at log(10 * the step size) at each slow window's end: 10, 100, then 1,000
+    np.testing.assert_allclose(float(parameters.step_size), 1000.0, rtol=1e-10)
+
+
+def test_correlated_gaussian_draws_have_its_covariance():
+    # a 2-d Gaussian with correlation 0.95 and sds 1 and 3, dense adaptation: 2 x 1,000 draws. Bulk ESS of
+    # these settings is > 1,000 (measured: ~1,500-2,000), so the sample variance's relative se is
+    # sqrt(2 / 1000) = 4.5% or less and the correlation's se is (1 - 0.95^2) / sqrt(1000) = 0.003; the
+    # tolerances are 4 se
+    configure(2)
+    sigma = np.array([[1.0, 0.95 * 3], [0.95 * 3, 9.0]])
+
+    def model():
+        numpyro.sample("x", dist.MultivariateNormal(np.zeros(2), covariance_matrix=sigma))
+
+    draws, stats = run_nuts(model, {}, {"x": np.zeros((2, 2))}, chains=2, warmup=500, samples=1000, seed=2,
+                            chain_method="sequential", adapt="dense")
+    x = draws["x"].reshape(-1, 2)
+    np.testing.assert_allclose(x.var(0), np.diag(sigma), rtol=0.18)
+    assert abs(np.corrcoef(x.T)[0, 1] - 0.95) < 0.012
+    np.testing.assert_allclose(x.mean(0) / np.sqrt(np.diag(sigma)), 0.0, atol=0.15)
+    # the adapted dense mass matrix undoes the correlation: short trajectories
+    assert stats["num_steps"].mean() < 8

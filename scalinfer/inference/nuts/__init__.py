@@ -1,0 +1,18 @@
+"""NUTS: the chain loop (`sampler`) and its warmup's adaptation (`adaptation`).
+
+`run_nuts` is what `scalinfer.fit` calls; the pieces it is built from are exported for tests and for
+composing other samplers: `nuts_kernel` (one transition), `window_adaptation` and its parts, each a pure
+``(init, update, final)`` triple over a `NamedTuple` state.
+"""
+
+from scalinfer.inference.nuts.adaptation import (
+    ADAPT, SHRINK_BELOW, DualAveragingState, NutsConfig, NutsParameters, WelfordState, WindowAdaptationState,
+    dual_averaging, regularized_mass_matrix, shrunk_covariance, shrunk_windows, step_size, welford_covariance,
+    window_adaptation)
+from scalinfer.inference.nuts.sampler import (
+    MAX_DELTA_ENERGY, STAT_FIELDS, ChainState, NutsStats, Preconditioner, nuts_kernel, run_nuts)
+
+__all__ = ["run_nuts", "nuts_kernel", "Preconditioner", "ChainState", "NutsStats", "STAT_FIELDS",
+           "MAX_DELTA_ENERGY", "NutsConfig", "NutsParameters", "DualAveragingState", "WelfordState",
+           "WindowAdaptationState", "dual_averaging", "step_size", "welford_covariance", "regularized_mass_matrix",
+           "shrunk_covariance", "shrunk_windows", "window_adaptation", "ADAPT", "SHRINK_BELOW"]

@@ -1,0 +1,319 @@
+"""NUTS chains as one compiled program per model, data shapes and settings, with the data as arguments.
+
+NumPyro's ``MCMC(...).run(rng, **data)`` maps over chains a function that closes over the data, so the data
+are constants of the compiled program: every table, even of the same shapes, compiles again, and the
+persistent compilation cache never hits across datasets. Here the program is a function of
+``(rng_key, init_w, preconditioner, data)``:
+
+- the chain runs on coordinates w, z = mean + scale * w (`Preconditioner`), where z is the model's flat
+  unconstrained vector; the potential is `numpyro.infer.util.potential_energy(model, (), data, z)`;
+- each transition is NUTS (Hoffman and Gelman 2014, multinomial sampling of the trajectory as Betancourt
+  2017): a momentum r = S eps drawn from the mass matrix's square root, then NumPyro's public tree builder
+  `numpyro.infer.hmc_util.build_tree` over its `velocity_verlet` integrator with the step size and inverse
+  mass matrix this loop holds. NumPyro's kernel (`numpyro.infer.hmc.hmc`) keeps its step size and mass
+  matrix in its own adaptation state, set at initialisation, so an adaptation of ours would have to write
+  into that state; building the tree here keeps the kernel stateless (`nuts_kernel`);
+- warmup (`scalinfer.inference.nuts.adaptation.window_adaptation`) and sampling run in one `lax.fori_loop`,
+  collecting the draws of w and the `NutsStats`; the draws are then mapped to the constrained space
+  (deterministic sites included) with `numpyro.infer.util.constrain_fn`, the data again an argument;
+- chains are mapped over devices, one chain per device, when JAX has a device per chain: `jax.pmap` with
+  the data broadcast, written as the `jit` of a `shard_map`; else they run one after another through the
+  same compiled single-chain program.
+
+The random keys split as NumPyro's ``MCMC.run`` and HMC kernel split them: where the adaptation's estimates
+are NumPyro's (every window but the short dense ones of `adaptation.shrunk_windows`), a chain's draws are
+those of NumPyro's NUTS on the same coordinates, number for number.
+
+The potential can run in float32 while the integrator, the adaptation and the constrained draws stay in the
+data's type (`NutsConfig.potential_dtype`). Warmup builds its trees under a lower depth cap than sampling
+(`NutsConfig.warmup_tree_depth`): before the mass matrix is adapted NUTS builds its longest trees, whose only
+use is to feed the adaptation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from numpyro.infer.hmc_util import IntegratorState, build_tree, euclidean_kinetic_energy, velocity_verlet
+from numpyro.infer.util import constrain_fn, potential_energy
+
+from scalinfer.errors import ModelError
+from scalinfer.inference.compiled import join_kwargs, program, split_kwargs
+from scalinfer.inference.nuts.adaptation import ADAPT, NutsConfig, NutsParameters, window_adaptation
+
+__all__ = ["run_nuts", "nuts_kernel", "Preconditioner", "ChainState", "NutsStats", "STAT_FIELDS",
+           "MAX_DELTA_ENERGY"]
+
+#: a transition whose energy rises by more than this along the trajectory is divergent (NumPyro's and Stan's)
+MAX_DELTA_ENERGY = 1000.0
+
+
+class NutsStats(NamedTuple):
+    """Per-transition statistics, as NumPyro's ``MCMC.get_extra_fields`` names them.
+
+    Attributes
+    ----------
+    diverging : whether the trajectory's energy error exceeded `MAX_DELTA_ENERGY` (the integrator left the
+        typical set: the region near that point may be under-sampled).
+    num_steps : leapfrog steps (gradient evaluations) in the trajectory, at most 2^depth - 1.
+    accept_prob : the mean over the trajectory's states of min(1, exp(H_0 - H)), what the step size is
+        adapted on.
+    energy : the Hamiltonian H = potential + r' M^-1 r / 2 at the chosen state (for E-BFMI).
+    """
+
+    diverging: jax.Array
+    num_steps: jax.Array
+    accept_prob: jax.Array
+    energy: jax.Array
+
+
+#: the per-draw statistics `run_nuts` returns
+STAT_FIELDS = NutsStats._fields
+
+
+class ChainState(NamedTuple):
+    """A chain: its position w (d,), the potential energy and its gradient there, and the random key of its
+    next transition."""
+
+    position: jax.Array
+    potential_energy: jax.Array
+    potential_grad: jax.Array
+    rng_key: jax.Array
+
+
+def nuts_kernel(potential_fn: Callable, max_tree_depth: int, max_delta_energy: float = MAX_DELTA_ENERGY):
+    """(init, step) of NUTS on the flat position's `potential_fn` (the negative log density).
+
+    ``init(position, rng_key) -> ChainState``. ``step(state, parameters, tree_depth) -> (ChainState,
+    NutsStats)``: one transition with the step size and mass matrix of `parameters` (`NutsParameters`),
+    the tree at most `tree_depth` (traced; at most `max_tree_depth`) doublings deep. The state's key splits
+    in three as in NumPyro's HMC kernel: the next transition's, the momentum's and the tree's.
+    """
+    vv_init, vv_update = velocity_verlet(potential_fn, euclidean_kinetic_energy)
+
+    def init(position, rng_key) -> ChainState:
+        s = vv_init(position, None)
+        return ChainState(s.z, s.potential_energy, s.z_grad, rng_key)
+
+    def step(state: ChainState, parameters: NutsParameters, tree_depth) -> tuple[ChainState, NutsStats]:
+        rng_key, momentum_key, tree_key = jax.random.split(state.rng_key, 3)
+        eps = jax.random.normal(momentum_key, jnp.shape(state.position), jnp.result_type(state.position))
+        sqrt = parameters.mass_matrix_sqrt
+        momentum = sqrt @ eps if sqrt.ndim == 2 else sqrt * eps
+        start = IntegratorState(state.position, momentum, state.potential_energy, state.potential_grad)
+        tree = build_tree(vv_update, euclidean_kinetic_energy, start, parameters.inverse_mass_matrix,
+                          parameters.step_size, tree_key, max_delta_energy=max_delta_energy,
+                          max_tree_depth=(tree_depth, max_tree_depth))
+        new = ChainState(tree.z_proposal, tree.z_proposal_pe, tree.z_proposal_grad, rng_key)
+        stats = NutsStats(tree.diverging, tree.num_proposals, tree.sum_accept_probs / tree.num_proposals,
+                          tree.z_proposal_energy)
+        return new, stats
+
+    return init, step
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=("mean", "scale"), meta_fields=("sites",))
+@dataclasses.dataclass(frozen=True)
+class Preconditioner:
+    """The chain's coordinates: the model's unconstrained point z, flat, is mean + scale * w.
+
+    A pytree whose leaves (`mean`, `scale`) are arguments of the compiled program, like the data, and whose
+    structure (`sites`) is part of the program's identity.
+
+    Attributes
+    ----------
+    mean : (d,) the flat point w = 0 stands for (the posterior mode, in a fit).
+    scale : (d,) per-coordinate scales (the Laplace standard deviations at the mode, in a fit). With both,
+        every coordinate of w is O(1) in the posterior, which is what the mass-matrix adaptation's
+        regularization toward 1e-3 I assumes (see `adaptation.regularized_mass_matrix`).
+    sites : ((name, shape), ...) of the unconstrained sites, in name order: z's flat layout, as
+        `jax.flatten_util.ravel_pytree` lays out a dict.
+    """
+
+    mean: Any
+    scale: Any
+    sites: tuple[tuple[str, tuple[int, ...]], ...]
+
+    @classmethod
+    def around(cls, center: dict[str, Any], scale: Any = None) -> Preconditioner:
+        """w = (z - `center`) / `scale`, `center` a dict of the sites' unconstrained values (`scale`
+        default 1)."""
+        sites = tuple((k, tuple(np.shape(center[k]))) for k in sorted(center))
+        mean = np.concatenate([np.ravel(np.asarray(center[k], float)) for k, _ in sites]) if sites else \
+            np.zeros(0)
+        scale = np.ones_like(mean) if scale is None else np.asarray(scale, float)
+        if scale.shape != mean.shape:
+            raise ModelError(f"scale must have shape {mean.shape} (the flat unconstrained point), got {scale.shape}")
+        return cls(mean, scale, sites)
+
+    @property
+    def dim(self) -> int:
+        return sum(int(np.prod(shape)) for _, shape in self.sites)
+
+    def to_z(self, w) -> dict[str, jax.Array]:
+        """The sites' unconstrained values at flat coordinates `w` (d,)."""
+        z = self.mean + self.scale * w
+        out, start = {}, 0
+        for name, shape in self.sites:
+            size = int(np.prod(shape))
+            out[name] = z[start:start + size].reshape(shape)
+            start += size
+        return out
+
+    def to_w(self, z: dict[str, Any]) -> np.ndarray:
+        """Flat coordinates w of the sites' unconstrained values `z` (NumPy)."""
+        flat = np.concatenate([np.ravel(np.asarray(z[k], float)) for k, _ in self.sites])
+        return (flat - np.asarray(self.mean)) / np.asarray(self.scale)
+
+
+def _cast(tree, dtype):
+    """Floating-point leaves of `tree` as `dtype` (None: unchanged)."""
+    if dtype is None:
+        return tree
+    return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x, tree)
+
+
+def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig):
+    """One chain: (rng_key, init w, preconditioner, data) -> (constrained draws (samples, ...), stats)."""
+    dtype = None if config.potential_dtype is None else jnp.dtype(config.potential_dtype)
+    warmup, samples = config.warmup, config.samples
+
+    def scalinfer_nuts(rng_key, init_w, preconditioner: Preconditioner, data):
+        kwargs = join_kwargs(_cast(data, dtype), static)  # the potential's data in its precision, cast once
+
+        def potential(w):
+            return potential_energy(model_fn, (), kwargs, _cast(preconditioner.to_z(w), dtype))
+
+        init, step = nuts_kernel(potential, max(config.max_tree_depth, config.warmup_tree_depth))
+        adapt_init, adapt_update, adapt_final = window_adaptation(warmup, init_w.shape[0], config.adapt,
+                                                                  config.target_accept)
+        # the keys of NumPyro's HMC: one for the model's initialisation (unused here), three at the kernel's
+        # initialisation, of which the first is the chain's
+        chain = init(init_w, jax.random.split(jax.random.split(rng_key)[0], 3)[0])
+        adaptation = adapt_init()
+        ftype, itype = jnp.result_type(float), jnp.result_type(int)
+        draws = jnp.zeros((samples,) + init_w.shape, init_w.dtype)
+        stats = NutsStats(*(jnp.zeros(samples, t) for t in (bool, itype, ftype, ftype)))
+        # warmup's tree sizes and step sizes (one slot at least: JAX refuses even a dropped write into an
+        # empty array; sliced off below)
+        warm_steps, warm_step_size = jnp.zeros(max(warmup, 1), itype), jnp.zeros(max(warmup, 1), ftype)
+
+        # one loop over warmup + sampling, writing draw i - warmup (warmup iterations write slot 0, which the
+        # first draw overwrites): one copy of the NUTS transition in the program, not one per phase
+        def body(i, carry):
+            chain, adaptation, parameters, draws, stats, warm_steps, warm_step_size = carry
+            depth = jnp.where(i < warmup, config.warmup_tree_depth, config.max_tree_depth)
+            chain, info = step(chain, parameters, depth)
+            warm_steps = warm_steps.at[i].set(info.num_steps, mode="drop")
+            warm_step_size = warm_step_size.at[i].set(parameters.step_size, mode="drop")
+            if warmup:
+                def adapt(adaptation):
+                    adaptation = adapt_update(adaptation, i, chain.position, info.accept_prob)
+                    last = lax.cond(i == warmup - 1, adapt_final, lambda a: a.parameters, adaptation)
+                    return adaptation, last
+
+                adaptation, parameters = lax.cond(i < warmup, adapt, lambda a: (a, parameters), adaptation)
+            j = jnp.maximum(i - warmup, 0)
+            draws = lax.dynamic_update_index_in_dim(draws, chain.position, j, 0)
+            stats = jax.tree.map(lambda b, x: lax.dynamic_update_index_in_dim(b, x.astype(b.dtype), j, 0), stats, info)
+            return chain, adaptation, parameters, draws, stats, warm_steps, warm_step_size
+
+        carry = (chain, adaptation, adaptation.parameters, draws, stats, warm_steps, warm_step_size)
+        *_, draws, stats, warm_steps, warm_step_size = lax.fori_loop(0, warmup + samples, body, carry)
+        full = join_kwargs(data, static)
+        constrained = jax.vmap(
+            lambda w: constrain_fn(model_fn, (), full, preconditioner.to_z(w), return_deterministic=True))(draws)
+        return constrained, {**stats._asdict(), "warmup_num_steps": warm_steps[:warmup],
+                             "warmup_step_size": warm_step_size[:warmup]}
+
+    return scalinfer_nuts
+
+
+@program
+def _nuts_program(model_fn, static, config: NutsConfig, chains: int, parallel: bool):
+    """The compiled program: one chain (`jax.jit`), or `chains` chains on as many devices. The parallel form
+    is what `jax.pmap(chain, in_axes=(0, 0, None, None))` is in this JAX (a `jit` of a `shard_map` over a
+    mesh of the devices), written out so that the program keeps its name in JAX's compile logs and cache."""
+    fn = _chain_fn(model_fn, static, config)
+    if not parallel:
+        return jax.jit(fn)
+    from jax.sharding import Mesh, PartitionSpec
+
+    mesh = Mesh(np.array(jax.local_devices()[:chains]), ("chain",))
+
+    def one_chain_per_device(keys, init_w, preconditioner, data):
+        out = fn(keys[0], init_w[0], preconditioner, data)
+        return jax.tree.map(lambda x: x[None], out)
+
+    def scalinfer_nuts_chains(keys, init_w, preconditioner, data):
+        chain, everywhere = PartitionSpec("chain"), PartitionSpec()
+        return jax.shard_map(one_chain_per_device, mesh=mesh, in_specs=(chain, chain, everywhere, everywhere),
+                             out_specs=chain, check_vma=False)(keys, init_w, preconditioner, data)
+
+    return jax.jit(scalinfer_nuts_chains)
+
+
+def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict[str, Any], *, chains: int,
+             warmup: int, samples: int, seed: int = 0, adapt: str = "dense", target_accept: float = 0.8,
+             max_tree_depth: int = 10, warmup_tree_depth: int | None = None, chain_method: str = "parallel",
+             preconditioner: Preconditioner | None = None,
+             potential_dtype: str | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Run NUTS on `model_fn` with `model_kwargs` as data.
+
+    Parameters
+    ----------
+    init_params : unconstrained starting values, name -> array with a leading axis of size `chains`.
+    preconditioner : the chain's coordinates (`Preconditioner`; default: z itself). With the mode and the
+        Laplace standard deviations (`Preconditioner.around`) every coordinate is O(1) in the posterior.
+        That matters because the mass-matrix adaptation shrinks its estimate toward 1e-3 times the identity:
+        for a parameter of posterior sd 1e-4 (a setting's log loss on smoothed curves) that is a 10^4-fold
+        error in its variance, which forces tiny steps at maximum tree depth.
+    adapt : mass-matrix adaptation during warmup (`ADAPT`): ``"dense"``, ``"diag"`` or ``"none"`` (identity
+        on w; the step size is always adapted).
+    max_tree_depth, warmup_tree_depth : NUTS's tree depth caps after and during warmup (default: the same).
+    chain_method : ``"parallel"`` (one device per chain) or ``"sequential"`` (the chains one after another
+        through one compiled single-chain program); see `runtime.chain_method_for`.
+    potential_dtype : evaluate the potential and its gradient in this float type (e.g. ``"float32"``: the
+        data are cast once, the position at each evaluation); the integrator, the adaptation and the
+        constrained draws keep the data's type. None: the data's type.
+
+    Returns
+    -------
+    (draws, stats): constrained draws (sampled and deterministic sites) name -> (chains, samples, ...), and
+    `STAT_FIELDS` name -> (chains, samples), as NumPyro's ``get_samples(group_by_chain=True)`` and
+    ``get_extra_fields(group_by_chain=True)``, plus ``warmup_num_steps`` and ``warmup_step_size``
+    (chains, warmup): each warmup iteration's leapfrog steps and the step size it ran with.
+    """
+    if adapt not in ADAPT:
+        raise ModelError(f"adapt must be one of {ADAPT}, got {adapt!r}")
+    if samples < 1:
+        raise ModelError(f"samples must be at least 1, got {samples}")
+    init = {k: np.asarray(v, dtype=float) for k, v in dict(init_params).items()}
+    lead = {np.shape(v)[0] if np.ndim(v) else None for v in init.values()}
+    if lead != {chains}:
+        raise ModelError(f"init_params must have a leading axis of size chains={chains}, got {sorted(lead, key=str)}")
+    like = {k: v[0] for k, v in init.items()}
+    preconditioner = preconditioner or Preconditioner.around(jax.tree.map(np.zeros_like, like))
+    expected = tuple((k, tuple(np.shape(like[k]))) for k in sorted(like))
+    if preconditioner.sites != expected:
+        raise ModelError(f"the preconditioner's sites {preconditioner.sites} are not init_params' {expected}")
+    init_w = np.stack([preconditioner.to_w({k: v[c] for k, v in init.items()}) for c in range(chains)])
+    config = NutsConfig(int(warmup), int(samples), adapt, float(target_accept), int(max_tree_depth),
+                        int(max_tree_depth if warmup_tree_depth is None else warmup_tree_depth), potential_dtype)
+    data, static = split_kwargs(model_kwargs)
+    key = jax.random.PRNGKey(seed)
+    keys = jax.random.split(key, chains) if chains > 1 else key[None]  # as numpyro.infer.MCMC.run
+    parallel = chain_method == "parallel" and chains > 1
+    run = _nuts_program(model_fn, static, config, int(chains), parallel)
+    if parallel:
+        draws, stats = jax.device_get(run(keys, init_w, preconditioner, data))
+    else:
+        outs = [jax.device_get(run(keys[c], init_w[c], preconditioner, data)) for c in range(chains)]
+        draws, stats = jax.tree.map(lambda *xs: np.stack(xs), *outs)
+    return {k: np.asarray(v) for k, v in draws.items()}, {k: np.asarray(v) for k, v in stats.items()}
