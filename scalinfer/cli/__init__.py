@@ -6,12 +6,13 @@
     scalinfer predict FIT.nc --N X --D Y [--ci 0.9] [--lr A --batch B] [--target-loss L] [--grid] [--json]
     scalinfer predict --baseline steplaw|deepseek|zhou2026 --N X --D Y [--json]
     scalinfer plot FIT.nc KIND -o FILE
+    scalinfer recommend FIT.nc --N X --D Y [--batch B | --max-batch B] [--excess X] [--prob Q] [--lr A] [--json]
     scalinfer simulate MODEL -o RUNS.csv
     scalinfer quickstart
     scalinfer compare FIT1.nc FIT2.nc ...          scalinfer schedule FIT.nc --N X --D Y
     scalinfer train [key=value ...] --out DIR      scalinfer plan ... / scalinfer sweep SWEEP.toml --out DIR
 
-Each command group is a module of this package (`fit`, `query`, `batch`, `train`, `sweep`) with a
+Each command group is a module of this package (`fit`, `query`, `decide`, `batch`, `train`, `sweep`) with a
 ``register(subparsers)`` that adds its sub-commands without importing any heavy library; a command imports
 what it needs when it runs. With --json the JSON alone goes to stdout; progress goes to stderr when it is a
 terminal. Errors in the input print one line ``error: ...`` to stderr and exit with code 2.
@@ -28,7 +29,7 @@ from scalinfer.errors import ScalinferError
 __all__ = ["main", "build_parser"]
 
 #: the command modules, in the order their commands are listed in ``--help``
-_COMMANDS = ("fit", "query", "batch", "train", "sweep")
+_COMMANDS = ("fit", "query", "decide", "batch", "train", "sweep")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -449,7 +449,14 @@ class Fit:
         units = {k: self.model.predicts.get(k, "") for k in draws}
         return Prediction(draws=draws, units=units, targets=targets, ci=ci,
                           extrapolation=self.model.extrapolation(self.constants, **targets),
-                          warnings=tuple(self.warnings() + self.model.predict_warnings(self.constants, **targets)))
+                          warnings=tuple(self.warnings() + self.model.predict_warnings(self.constants, **targets)),
+                          model=self.model.name)
+
+    def recommend(self, N: float, D: float, **options: Any):
+        """The peak LR and batch to run at (N, D), and what they risk: `scalinfer.decide.recommend` (surface)."""
+        from scalinfer.decide import recommend
+
+        return recommend(self, N, D, **options)
 
     # ---- files -------------------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
