@@ -48,6 +48,10 @@ class Prediction:
     warnings : diagnostics of the fit that say whether to trust the answer.
     model : the name of the model that answered; it says what each quantity is (`scalinfer.quantities`: an old
         name such as ``batch_opt`` is an alias, whose new name is reported beside it and also looked up here).
+    prior_sensitivity : quantity -> ``{"prior", "likelihood", "most", "most_prior", "diagnosis"}``, the
+        power-scaling sensitivity of its draws to the joint prior and to the likelihood, the prior site that moves
+        it most, and whether the answer is prior-dominated (`scalinfer.inference.sensitivity.prior_sensitivity`);
+        a string where it could not be computed (why), None where it was not asked for.
     """
 
     draws: dict[str, np.ndarray]
@@ -57,6 +61,7 @@ class Prediction:
     ci: float = 0.9
     warnings: tuple[str, ...] = ()
     model: str | None = None
+    prior_sensitivity: dict[str, dict[str, Any]] | str | None = None
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.draws:  # a new name whose old one the model still reports (an alias)
@@ -80,7 +85,8 @@ class Prediction:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON answer: one ``{"median", "lo", "hi", "unit", "definition"}`` per quantity (an alias also
-        ``"alias_of"``), ``extrapolation``, ``ci``, ``targets``, ``warnings``."""
+        ``"alias_of"``), ``extrapolation``, ``ci``, ``targets``, ``warnings``, ``prior_sensitivity`` (see the
+        attribute; absent where it was not asked for)."""
         out: dict[str, Any] = {}
         for name, q in self.quantities():
             med, lo, hi = self.interval(name)
@@ -89,6 +95,12 @@ class Prediction:
         out["ci"] = self.ci
         out["targets"] = {k: _jsonable(v) for k, v in self.targets.items() if v is not None}
         out["warnings"] = list(self.warnings)
+        if isinstance(self.prior_sensitivity, dict):
+            out["prior_sensitivity"] = {
+                k: {f: np.asarray(v).tolist() if f in ("most", "diagnosis") else _jsonable(v) for f, v in s.items()}
+                for k, s in self.prior_sensitivity.items()}
+        elif self.prior_sensitivity is not None:
+            out["prior_sensitivity"] = {"unavailable": self.prior_sensitivity}
         return out
 
     def to_text(self) -> str:
@@ -101,6 +113,13 @@ class Prediction:
             lines.append(f"{name:>18}: {_fmt(v['median'])}  [{_fmt(v['lo'])}, {_fmt(v['hi'])}]  {q.unit}"
                          + (f"  ({q.definition})" if q.definition else ""))
         lines.append(f"{'extrapolation':>18}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in d["extrapolation"].items()))
+        ps = d.get("prior_sensitivity")
+        if ps and "unavailable" in ps:
+            lines.append(f"{'prior sensitivity':>18}: unavailable ({ps['unavailable']})")
+        elif ps:  # one target: a value per quantity (a grid's are in to_dict)
+            lines.append(f"{'prior sensitivity':>18}: " + "; ".join(
+                f"{k} {_fmt(s['prior'])} (likelihood {_fmt(s['likelihood'])}, most {s['most']})"
+                for k, s in ps.items() if isinstance(s["most"], str)))
         lines.extend(f"warning: {w}" for w in d["warnings"])
         return "\n".join(lines)
 

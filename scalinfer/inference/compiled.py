@@ -17,7 +17,9 @@ This module holds what the inference programs share:
 - `release_if_crowded`: drops the programs of this module's caches when the process nears the OS's limit on
   memory maps (never JAX's caches of the caller's own functions);
 - `model_sites`: what the model's sites are (names, types, supports), from an abstract trace that compiles
-  nothing.
+  nothing;
+- `log_likelihood`, `log_prior`: the pointwise log likelihood of each observed site and the log prior density
+  of each latent site at posterior draws, each one compiled, vectorised program.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["split_kwargs", "join_kwargs", "program", "release_if_crowded", "model_sites", "log_likelihood",
-           "tree_unraveler"]
+           "log_prior", "tree_unraveler"]
 
 
 def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
@@ -217,3 +219,46 @@ def log_likelihood(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str
     dynamic, static = split_kwargs(kwargs)
     out = _log_likelihood_program(model_fn, static, batch_ndims)(samples, dynamic)
     return {k: np.asarray(v) for k, v in out.items()}
+
+
+@program
+def _log_prior_program(model_fn, static):
+    import jax
+    import jax.numpy as jnp
+    from numpyro import handlers
+
+    def one(sample, dyn):
+        model = handlers.substitute(handlers.seed(model_fn, jax.random.PRNGKey(0)), data=sample)
+        tr = handlers.trace(model).get_trace(**join_kwargs(dyn, static))
+        out = {}
+        for name, site in tr.items():
+            if site["type"] == "sample" and not site["is_observed"]:
+                lp = site["fn"].log_prob(site["value"])
+                if site.get("scale") is not None:
+                    lp = site["scale"] * lp
+                out[name] = jnp.sum(lp)
+        return out
+
+    def scalinfer_log_prior(samples, dyn):
+        return jax.vmap(one, in_axes=(0, None))(samples, dyn)
+
+    return jax.jit(scalinfer_log_prior)
+
+
+def log_prior(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str, Any],
+              batch_ndims: int = 2) -> dict[str, np.ndarray]:
+    r"""The log prior density of each latent (non-observed) sample site at `samples` (arrays with `batch_ndims`
+    leading batch axes, e.g. (chain, draw)): site name -> array of the batch shape.
+
+    For a site :math:`\theta_k \sim p_k(\theta_k \mid \theta_{<k})` this is
+    :math:`\sum \log p_k(\theta_k \mid \theta_{<k})` at the draw (summed over the site's own elements; times
+    the site's plate scale, if any), in the model's own (constrained) parametrisation: the terms of the joint
+    prior :math:`\log p(\theta) = \sum_k \log p_k`, which power-scaling sensitivity raises to a power one site,
+    or all of them, at a time (`scalinfer.inference.sensitivity`). The model is run under NumPyro's `substitute`
+    and `trace` handlers, one draw at a time under `jax.vmap`, as one compiled program with the data as an
+    argument (cached per model and static arguments, like `log_likelihood`)."""
+    dynamic, static = split_kwargs(kwargs)
+    lead = np.shape(next(iter(samples.values())))[:batch_ndims]
+    flat = {k: np.reshape(v, (-1, *np.shape(v)[batch_ndims:])) for k, v in samples.items()}
+    out = _log_prior_program(model_fn, static)(flat, dynamic)
+    return {k: np.asarray(v).reshape(lead) for k, v in out.items()}

@@ -1,7 +1,8 @@
 """Fitting a model to a run table, and the `Fit` object that holds the posterior.
 
 A `Fit` wraps an ArviZ DataTree with the groups ``posterior`` (sampled and natural-scale parameters),
-``sample_stats`` (divergences, tree sizes...), ``log_likelihood``, ``observed_data`` and ``constant_data``
+``sample_stats`` (divergences, tree sizes...), ``log_likelihood``, ``log_prior`` (one variable per latent
+site, `scalinfer.inference.compiled.log_prior`), ``observed_data`` and ``constant_data``
 (the model's inputs and centering constants), and root attributes naming the model, its version, the method
 and the scalinfer version, and the model's options as JSON (``model_options``), so that a reopened fit's
 `Fit.model` is the model that was fitted. It saves as one netCDF file and reopens without refitting.
@@ -198,6 +199,7 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
     bounds = _support_bounds(m, kwargs) if kwargs is not None else {}
     if kwargs is not None and method != "map":  # one draw: nothing to estimate LOO from
         groups["log_likelihood"] = _log_likelihood(m, kwargs, draws)
+        groups["log_prior"] = _log_prior(m, kwargs, draws)
     observed = {k: v for k, v in data.items() if k in m.observed}
     if observed:
         groups["observed_data"] = observed
@@ -290,6 +292,13 @@ def _log_likelihood(m: Model, kwargs, draws) -> dict[str, np.ndarray]:
     sites = _sample_sites(m, kwargs)
     sampled = {k: v for k, v in draws.items() if k in sites}
     return log_likelihood(m.model, sampled, kwargs, batch_ndims=2)
+
+
+def _log_prior(m: Model, kwargs, draws) -> dict[str, np.ndarray]:
+    from scalinfer.inference.compiled import log_prior
+
+    sites = _sample_sites(m, kwargs)
+    return log_prior(m.model, {k: v for k, v in draws.items() if k in sites}, kwargs, batch_ndims=2)
 
 
 def _sample_sites(m: Model, kwargs) -> set[str]:
@@ -436,8 +445,12 @@ class Fit:
 
     # ---- answers -----------------------------------------------------------------------------------------
     @float64
-    def predict(self, ci: float = 0.9, **targets: Any) -> Prediction:
-        """Posterior draws and intervals of the model's quantities at `targets` (e.g. ``N=1e9, D=2e10``)."""
+    def predict(self, ci: float = 0.9, sensitivity: bool = True, **targets: Any) -> Prediction:
+        """Posterior draws and intervals of the model's quantities at `targets` (e.g. ``N=1e9, D=2e10``).
+
+        With `sensitivity` (default) the prediction also carries each quantity's power-scaling prior and
+        likelihood sensitivity (`Prediction.prior_sensitivity`, `scalinfer.inference.sensitivity`), and a
+        warning for each prior-dominated one, naming the prior that moves it most."""
         if not 0 < ci < 1:
             raise ModelError(f"ci must be between 0 and 1, got {ci}")
         missing = [t for t in self.model.required_targets if targets.get(t) is None]
@@ -447,10 +460,17 @@ class Fit:
             warnings.simplefilter("ignore", RuntimeWarning)  # overflow of unreachable targets -> inf, reported
             draws = self.model.predict(self.draws(), self.constants, **targets)
         units = {k: self.model.predicts.get(k, "") for k in draws}
+        from scalinfer.inference import sensitivity as _sensitivity
+
+        ps = None
+        if sensitivity:
+            ps = _sensitivity.unavailable(self.tree, len(next(iter(draws.values()))))
+            ps = ps or _sensitivity.prior_sensitivity(self.tree, draws)
         return Prediction(draws=draws, units=units, targets=targets, ci=ci,
                           extrapolation=self.model.extrapolation(self.constants, **targets),
-                          warnings=tuple(self.warnings() + self.model.predict_warnings(self.constants, **targets)),
-                          model=self.model.name)
+                          warnings=tuple(self.warnings() + self.model.predict_warnings(self.constants, **targets)
+                                         + _sensitivity.sensitivity_warnings(ps if isinstance(ps, dict) else None)),
+                          model=self.model.name, prior_sensitivity=ps)
 
     def recommend(self, N: float, D: float, **options: Any):
         """The peak LR and batch to run at (N, D), and what they risk: `scalinfer.decide.recommend` (surface)."""
