@@ -24,6 +24,7 @@ def test_notebooks_are_committed_without_outputs():
         assert not dirty, f"{path.name}: cells {dirty} have outputs; strip them before committing"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path: Path):
     import nbformat

@@ -48,6 +48,7 @@ def surface_fit(sim, tmp_path_factory):
     return f, path
 
 
+@pytest.mark.slow
 def test_recovery_at_a_larger_target(sim, surface_fit):
     params, df = sim
     f, _ = surface_fit
@@ -66,6 +67,7 @@ def test_recovery_at_a_larger_target(sim, surface_fit):
         assert s[k]["q05"] - 0.1 <= params[k] <= s[k]["q95"] + 0.1, (k, s[k], params[k])
 
 
+@pytest.mark.slow
 def test_fit_diagnostics_and_groups(surface_fit, sim):
     f, _ = surface_fit
     _, df = sim
@@ -430,6 +432,7 @@ def test_cli_size_scatter_option(sim, tmp_path, monkeypatch):
     assert r.code == 2 and "size_scatter" not in seen and seen["model"] == "surface"
 
 
+@pytest.mark.slow
 def test_predict_python_api(surface_fit):
     f, _ = surface_fit
     p = f.predict(N=1e9, D=4e10, lr=2e-3, batch=5e5, ci=0.9)
@@ -466,6 +469,7 @@ def test_predict_grid_is_vectorized():
     assert elapsed < 5.0, elapsed
 
 
+@pytest.mark.slow
 def test_cli_predict_json(surface_fit):
     _, path = surface_fit
     r = run_cli("predict", path, "--N", "1e9", "--D", "4e10", "--ci", "0.9", "--json")
@@ -504,6 +508,7 @@ def test_moe_total_and_active():
     assert 1e-4 < p["lr_opt"]["median"] < 1e-2 and 3e4 < p["batch_opt"]["median"] < 1e7
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size_scatter", [False, True])
 def test_calibration_script_smoke(size_scatter):
     """The calibration benchmark end to end on 2 tiny data sets; its last line is the JSON contract."""
@@ -520,6 +525,7 @@ def test_calibration_script_smoke(size_scatter):
     assert out["size_scatter"] == ("prior: tau^2 ~ InverseGamma" if size_scatter else False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["lr-law", "batch-law", "lr-valley", "batch-valley", "ppc"])
 def test_figures_render(surface_fit, tmp_path, kind):
     import matplotlib

@@ -60,6 +60,7 @@ def trained(tmp_path_factory):
     return out, records
 
 
+@pytest.mark.slow
 def test_loss_falls_well_below_unigram_entropy(trained):
     out, records = trained
     eval_tokens = load_corpus(DataConfig(), 256).eval
@@ -73,6 +74,7 @@ def test_loss_falls_well_below_unigram_entropy(trained):
     assert np.mean([losses[s] for s in range(1, 11)]) > np.mean([losses[s] for s in range(191, 201)]) + 1.0
 
 
+@pytest.mark.slow
 def test_records_load_as_a_run_table(trained):
     out, records = trained
     from scalinfer.runs import load_runs
@@ -99,6 +101,7 @@ def test_records_load_as_a_run_table(trained):
     assert len(read_records(out / "runs.jsonl")) == 2
 
 
+@pytest.mark.slow
 def test_metrics_report_router_and_gradient_noise(trained):
     out, records = trained
     rows = [r for r in _metrics(out / "metrics.jsonl") if "loss" in r]
@@ -116,6 +119,7 @@ def test_metrics_report_router_and_gradient_noise(trained):
     assert branch[0]["step"] == 101 and branch[-1]["eval_loss"] == records[1]["loss"]
 
 
+@pytest.mark.slow
 def test_stop_and_resume_is_exact(trained, tmp_path):
     ref = _losses(trained[0] / "metrics.jsonl")
     assert train(_config("stop_after_steps=30"), tmp_path) == []
@@ -128,6 +132,7 @@ def test_stop_and_resume_is_exact(trained, tmp_path):
         train(_config("stop_after_steps=60", "lr=2e-2"), tmp_path)
 
 
+@pytest.mark.slow
 def test_kill_9_and_resume_is_exact(tmp_path):
     cmd = [sys.executable, "-m", "scalinfer.cli", "train", "--preset", "tiny", *OVERRIDES, "checkpoint_every=10",
            "stop_after_steps=150", "--out", str(tmp_path)]
