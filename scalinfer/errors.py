@@ -3,7 +3,7 @@
 The CLI turns any `ScalinferError` into `error: <message>` on stderr and exit code 2, with no traceback.
 """
 
-__all__ = ["ScalinferError", "RunTableError", "FitFileError", "ModelError", "TrainError"]
+__all__ = ["ScalinferError", "RunTableError", "FitFileError", "ModelError", "TrainError", "OutputError"]
 
 
 class ScalinferError(Exception):
@@ -24,3 +24,9 @@ class ModelError(ScalinferError, ValueError):
 
 class TrainError(ScalinferError, RuntimeError):
     """The trainer was configured wrongly or a run cannot continue."""
+
+
+class OutputError(ScalinferError, ValueError):
+    """A path a command would write cannot or must not be written: an input of the command, an existing file
+    without ``--force``, a folder or a device, a missing folder tree, a folder without write permission
+    (`scalinfer._io.check_output`)."""

@@ -15,7 +15,9 @@
 Each command group is a module of this package (`fit`, `query`, `decide`, `batch`, `train`, `sweep`) with a
 ``register(subparsers)`` that adds its sub-commands without importing any heavy library; a command imports
 what it needs when it runs. With --json the JSON alone goes to stdout; progress goes to stderr when it is a
-terminal. Errors in the input print one line ``error: ...`` to stderr and exit with code 2.
+terminal. Errors in the input, the parser's included, print one line ``error: ...`` to stderr and exit with
+code 2. Warnings of other libraries (ArviZ, xarray, JAX...) are not shown unless ``--verbose``; scalinfer's own
+warnings always are. A command that writes a file checks the path before it starts (`scalinfer._io`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 from scalinfer.errors import ScalinferError
 
@@ -32,15 +35,29 @@ __all__ = ["main", "build_parser"]
 _COMMANDS = ("fit", "query", "decide", "batch", "train", "sweep")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``error: scalinfer fit: argument --chains: ...``), exit 2,
+    instead of argparse's usage block; the sub-commands' parsers are of this class too."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+_VERBOSE_HELP = "show other libraries' warnings too (ArviZ, xarray, JAX...)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every command; each sets ``func``, the function that runs it."""
     from scalinfer import __version__
 
-    p = argparse.ArgumentParser(prog="scalinfer", description="Bayesian scaling-law inference for LLM pre-training.")
+    p = _Parser(prog="scalinfer", description="Bayesian scaling-law inference for LLM pre-training.")
     p.add_argument("--version", action="version", version=f"scalinfer {__version__}")
+    p.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(sub)
+    for command in set(sub.choices.values()):  # `scalinfer fit ... --verbose` as well as `scalinfer --verbose fit`
+        command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
     return p
 
 
@@ -48,13 +65,22 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``scalinfer ARGV`` (default: the process's arguments); returns the exit code."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            if not args.verbose:  # other libraries' warnings off; scalinfer's (and those it raises for) on
+                warnings.simplefilter("ignore")
+                warnings.filterwarnings("default", module=r"scalinfer(\.|$)")
+            return int(args.func(args) or 0)
     except ScalinferError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_one_line(str(e))}", file=sys.stderr)
         return 2
     except OSError as e:  # no such file, a full disk, no permission...: the path and why, no traceback
-        print(f"error: {e.filename or 'a file'}: {e.strerror or e}", file=sys.stderr)
+        print(f"error: {e.filename or 'a file'}: {_one_line(str(e.strerror or e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line(message: str) -> str:
+    """A message that a library wrote over several lines (HDF5's error stack), as one."""
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())

@@ -13,7 +13,8 @@ import sys
 from typing import Any
 
 __all__ = ["MODEL_NAMES", "FORMAT_NAMES", "PLOT_KINDS", "PRESET_NAMES", "DECAY_SHAPES", "BASELINES",
-           "floats", "range_or_floats", "positive", "count", "ints", "quiet", "print_json"]
+           "floats", "range_or_floats", "positive", "count", "whole", "ints", "fit_path", "add_force", "quiet",
+           "print_json"]
 
 # The names the parser offers. Each has one home in the library (the module named beside it); the copies
 # here keep parser-building free of the imports those modules need, and tests/test_cli_speed.py checks that
@@ -83,6 +84,29 @@ def count(text: str) -> int:
     return int(v)
 
 
+def whole(text: str) -> int:
+    """A whole number >= 0 ('0', '500', '1e3'): warmup steps, seeds."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(v) and v >= 0 and v == int(v)):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 0")
+    return int(v)
+
+
+def fit_path(text: str) -> str:
+    """A fit file's path: an existing file (a folder, a device or a missing path is an error at parsing, in one
+    line, before any import; whether it is a fit file `scalinfer.inference.load_fit` says)."""
+    from scalinfer._io import check_input_file
+
+    try:
+        check_input_file(text, "fit file")
+    except OSError as e:
+        raise argparse.ArgumentTypeError(e.strerror) from None
+    return text
+
+
 def ints(text: str) -> tuple[int, ...]:
     """'512,1024' -> (512, 1024); each value a positive integer."""
     try:
@@ -95,6 +119,13 @@ def ints(text: str) -> tuple[int, ...]:
 
 
 # ---- output --------------------------------------------------------------------------------
+def add_force(parser: argparse.ArgumentParser) -> None:
+    """``--force``: the command may replace an existing output file (`scalinfer._io.check_output` refuses
+    otherwise; it never replaces an input, a folder or a device)."""
+    parser.add_argument("--force", action="store_true",
+                        help="replace the output file if it exists (never an input, a folder or a device)")
+
+
 def quiet() -> bool:
     """Progress bars only when stderr is a terminal."""
     return not sys.stderr.isatty()

@@ -2,7 +2,7 @@
 
     scalinfer compare FIT1.nc FIT2.nc ... [--json]
     scalinfer schedule FIT.nc --N X --D Y [--max-batch B] [--every TOKENS] [--lr PEAK]
-                       [--multiple-of TOKENS] [--decay-fraction F] [--plot PNG] [--json] [-o FILE]
+                       [--multiple-of TOKENS] [--decay-fraction F] [--plot PNG] [--json] [-o FILE] [--force]
 
 ``compare`` ranks fits of the same data by PSIS-LOO (`scalinfer.inference.compare.compare_fits`) and
 refuses fits of different data. ``schedule`` builds a batch-size schedule that follows B_opt along the run
@@ -16,7 +16,7 @@ import argparse
 import math
 import sys
 
-from scalinfer.cli._args import DECAY_SHAPES, count, positive, print_json
+from scalinfer.cli._args import DECAY_SHAPES, add_force, count, fit_path, positive, print_json
 
 __all__ = ["register", "cmd_compare", "cmd_schedule"]
 
@@ -43,7 +43,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
+    from scalinfer._io import check_output
     from scalinfer.inference import load_fit
+
+    if args.output:
+        check_output(args.output, inputs=[args.fit], force=args.force, what="schedule file")
+    if args.plot:
+        check_output(args.plot, inputs=[args.fit, args.output], force=args.force, what="figure")
     from scalinfer.schedules.batch import batch_schedule, write_schedule
 
     f = load_fit(args.fit)
@@ -81,12 +87,12 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 def register(subparsers) -> None:
     """Add ``compare`` and ``schedule``."""
     s = subparsers.add_parser("compare", help="rank fits of the same data by PSIS-LOO")
-    s.add_argument("fits", nargs="+", metavar="FIT", help="fit files (netCDF) of the same data")
+    s.add_argument("fits", nargs="+", metavar="FIT", type=fit_path, help="fit files (netCDF) of the same data")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_compare)
 
     s = subparsers.add_parser("schedule", help="a batch-size (and WSD LR) schedule that follows B_opt along a run")
-    s.add_argument("fit", help="a batch-floor or batch-wsd fit file")
+    s.add_argument("fit", type=fit_path, help="a batch-floor or batch-wsd fit file")
     s.add_argument("--N", type=positive, required=True, help="parameters of the run (as the fit counts them)")
     s.add_argument("--D", type=positive, required=True, help="training tokens of the run")
     s.add_argument("--max-batch", type=positive, default=None, help="largest batch the hardware takes (tokens)")
@@ -101,4 +107,5 @@ def register(subparsers) -> None:
     s.add_argument("--plot", default=None, help="also save a figure of the schedule (PNG, PDF...)")
     s.add_argument("--json", action="store_true")
     s.add_argument("-o", "--output", default=None, help="write the schedule file the trainer reads (JSON)")
+    add_force(s)
     s.set_defaults(func=cmd_schedule)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from scalinfer.cli._args import positive, print_json
+from scalinfer.cli._args import fit_path, positive, print_json
 
 __all__ = ["register", "cmd_recommend"]
 
@@ -43,7 +43,7 @@ def register(subparsers) -> None:
     """Add ``recommend``."""
     s = subparsers.add_parser("recommend", help="the peak LR and batch to run at a target, and what they risk "
                                                 "(surface fits)")
-    s.add_argument("fit", help="a fit file of the surface model")
+    s.add_argument("fit", type=fit_path, help="a fit file of the surface model")
     s.add_argument("--N", type=positive, required=True, help="target parameters (as fitted: non-embedding)")
     s.add_argument("--D", type=positive, required=True, help="target training tokens")
     g = s.add_mutually_exclusive_group()

@@ -2,9 +2,14 @@
 bundled data.
 
     scalinfer fit RUNS --model M [--format F] [--where EXPR] [--method nuts|map|laplace|bootstrap]
-                  [--chains C --warmup W --samples S --seed K] -o FIT.nc
-    scalinfer simulate MODEL [--params JSON] [--seed K] -o RUNS.csv
+                  [--chains C --warmup W --samples S --seed K] -o FIT.nc [--force]
+    scalinfer simulate MODEL [--params JSON] [--seed K] -o RUNS.csv [--force]
     scalinfer quickstart [--json]
+
+``--model`` is required: a run table does not say which law it was measured for (an LR x batch grid can be fit
+by ``surface``, ``classic`` or a batch model, a table of N, D and loss by ``chinchilla``), and a default would
+fit the wrong one without a word. The output path is checked before the table is read
+(`scalinfer._io.check_output`: never an input, a folder or a device; an existing file only with ``--force``).
 """
 
 from __future__ import annotations
@@ -13,20 +18,29 @@ import argparse
 import json
 import sys
 
-from scalinfer.cli._args import FORMAT_NAMES, MODEL_NAMES, quiet
+from scalinfer.cli._args import FORMAT_NAMES, MODEL_NAMES, add_force, count, quiet, whole
 
 __all__ = ["register", "cmd_fit", "cmd_simulate", "cmd_quickstart"]
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
+    from scalinfer._io import check_output
     from scalinfer.runs import load_runs
 
+    check_output(args.output, inputs=[args.runs], force=args.force, what="fit file")
     runs = load_runs(args.runs, format=args.format, where=args.where, n_kind=args.n_kind)
-    print(runs.report(), file=sys.stderr)
     from scalinfer.runtime import configure
 
     configure(n_devices=max(args.chains, 1))  # before JAX starts: a device per chain, float64, the cache
+    from scalinfer.errors import ModelError
     from scalinfer.inference import fit
+    from scalinfer.models import get_model
+
+    own = get_model(args.model).default_method
+    if own != "nuts" and args.method not in (None, own):
+        raise ModelError(f"model {args.model!r} is fit by {own} only (it has no Bayesian model): drop --method "
+                         f"{args.method} or choose a Bayesian model")
+    print(runs.report(), file=sys.stderr)
 
     options = {} if args.size_scatter is None else {"size_scatter": args.size_scatter}
     f = fit(runs, model=args.model, method=args.method, chains=args.chains, warmup=args.warmup,
@@ -39,9 +53,28 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    from scalinfer._io import check_output
+
+    check_output(args.output, force=args.force, what="run table")
+    check_output(f"{args.output}.manifest.json", force=args.force, what="manifest")
+    from scalinfer.errors import ModelError
+    from scalinfer.models import get_model
     from scalinfer.simulation import simulate, write_simulated
 
-    params = json.loads(args.params) if args.params else None
+    params = None
+    if args.params:
+        try:
+            params = json.loads(args.params)
+        except json.JSONDecodeError as e:
+            raise ModelError(f"--params: not JSON ({e})") from None
+        if not isinstance(params, dict):
+            raise ModelError(f"--params: expected a JSON object of parameters, got {args.params!r}")
+        valid = get_model(args.model).true_params()
+        unknown = sorted(set(params) - set(valid))
+        if unknown:
+            raise ModelError(f"--params: model {args.model!r} has no parameter {', '.join(map(repr, unknown))} "
+                             f"(its parameters: {', '.join(valid)})")
+        params = {**valid, **params}  # the ones not given keep the model's values
     runs = simulate(args.model, params=params, seed=args.seed)
     path = write_simulated(runs, args.output, model=args.model)
     print(f"wrote {path} ({len(runs)} simulated runs) and {path}.manifest.json", file=sys.stderr)
@@ -61,7 +94,8 @@ def register(subparsers) -> None:
     """Add ``fit``, ``simulate`` and ``quickstart``."""
     s = subparsers.add_parser("fit", help="fit a model to a run table and save the posterior")
     s.add_argument("runs", help="run table: a CSV/Parquet/JSONL file or a dataset folder")
-    s.add_argument("--model", default="chinchilla", choices=MODEL_NAMES)
+    s.add_argument("--model", required=True, choices=MODEL_NAMES,
+                   help=f"the model to fit, one of {', '.join(MODEL_NAMES)} (required: see docs/models.md)")
     s.add_argument("--format", default=None, metavar="FORMAT",
                    help=f"table format, one of {', '.join(FORMAT_NAMES)} (default: detect from the columns)")
     s.add_argument("--where", default=None, help="pandas query selecting the runs to fit, e.g. 'N <= 6e8'")
@@ -70,19 +104,23 @@ def register(subparsers) -> None:
                    help="surface: each model size (distinct N) scatters around the laws, so predictions at a new "
                         "N carry that scatter (default: on with two or more sizes; --no-size-scatter fits the "
                         "laws alone, 1.5-1.7x faster, with intervals at a new N that leave that scatter out)")
-    s.add_argument("--method", default=None, choices=("nuts", "map", "laplace", "bootstrap"))
-    s.add_argument("--chains", type=int, default=4)
-    s.add_argument("--warmup", type=int, default=500)
-    s.add_argument("--samples", type=int, default=500, help="draws per chain")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--method", default=None, choices=("nuts", "map", "laplace", "bootstrap"),
+                   help="nuts, map, laplace or bootstrap (default: the model's, nuts; classic: bootstrap only)")
+    s.add_argument("--chains", type=count, default=4, help="NUTS chains, >= 1 (default 4)")
+    s.add_argument("--warmup", type=whole, default=500, help="NUTS warmup steps per chain, >= 0 (default 500)")
+    s.add_argument("--samples", type=count, default=500, help="draws per chain, >= 1 (default 500)")
+    s.add_argument("--seed", type=whole, default=0, help="random seed, >= 0 (default 0)")
     s.add_argument("-o", "--output", required=True, help="the fit file to write (netCDF)")
+    add_force(s)
     s.set_defaults(func=cmd_fit)
 
     s = subparsers.add_parser("simulate", help="draw a run table from a model at known parameters")
-    s.add_argument("model", choices=MODEL_NAMES)
-    s.add_argument("--params", default=None, help="JSON object of true parameters (default: the model's)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("model", choices=MODEL_NAMES, help=f"one of {', '.join(MODEL_NAMES)}")
+    s.add_argument("--params", default=None,
+                   help="JSON object of true parameters; those not given keep the model's values")
+    s.add_argument("--seed", type=whole, default=0, help="random seed, >= 0 (default 0)")
     s.add_argument("-o", "--output", required=True, help="CSV file to write (a .manifest.json goes beside it)")
+    add_force(s)
     s.set_defaults(func=cmd_simulate)
 
     s = subparsers.add_parser("quickstart", help="fit the bundled calibration data and predict a larger run")

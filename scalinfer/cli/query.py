@@ -16,7 +16,7 @@ import json
 import sys
 from typing import Any
 
-from scalinfer.cli._args import BASELINES, PLOT_KINDS, floats, print_json, range_or_floats
+from scalinfer.cli._args import BASELINES, PLOT_KINDS, add_force, fit_path, floats, print_json, range_or_floats
 from scalinfer.errors import ScalinferError
 
 __all__ = ["register", "cmd_summary", "cmd_predict", "cmd_plot"]
@@ -114,7 +114,10 @@ def _flags(names) -> str:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    from scalinfer._io import check_output
     from scalinfer.inference import load_fit
+
+    check_output(args.output, inputs=[args.fit], force=args.force, what="figure")
     from scalinfer.plots import plot
 
     f = load_fit(args.fit)
@@ -126,12 +129,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def register(subparsers) -> None:
     """Add ``summary``, ``predict`` and ``plot``."""
     s = subparsers.add_parser("summary", help="posterior summary and diagnostics of a fit")
-    s.add_argument("fit")
+    s.add_argument("fit", type=fit_path)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_summary)
 
     s = subparsers.add_parser("predict", help="posterior predictions at a target scale")
-    s.add_argument("fit", nargs="?", help="fit file (not needed with --baseline)")
+    s.add_argument("fit", nargs="?", type=fit_path, help="fit file (not needed with --baseline)")
     s.add_argument("--N", type=range_or_floats, help="target parameters (non-embedding); LO:HI:K with --grid")
     s.add_argument("--D", type=range_or_floats, help="target training tokens; LO:HI:K with --grid")
     s.add_argument("--C", type=floats, help="compute budget in FLOPs (chinchilla: compute-optimal N, D)")
@@ -145,7 +148,8 @@ def register(subparsers) -> None:
     s.set_defaults(func=cmd_predict)
 
     s = subparsers.add_parser("plot", help="save a figure of a fit")
-    s.add_argument("fit")
+    s.add_argument("fit", type=fit_path)
     s.add_argument("kind", help=f"figure kind, one of {', '.join(PLOT_KINDS)}")
-    s.add_argument("-o", "--output", required=True)
+    s.add_argument("-o", "--output", required=True, help="the figure file to write (format from the suffix)")
+    add_force(s)
     s.set_defaults(func=cmd_plot)

@@ -3,7 +3,7 @@
     scalinfer plan --size d32l2 --size d64l2 ... --target-N 1e7 --target-D 2e8 [--budget FLOPS]
                    [--prior steplaw|deepseek|zhou2026|FIT.nc] [--lrs 6 --lr-factor 2] [--decays 3]
                    [--batches 512,1024 | --batch-count 3] [--tokens T | --tokens-per-param R]
-                   [-o SWEEP.toml] [--json]
+                   [-o SWEEP.toml [--force]] [--json]
     scalinfer sweep SWEEP.toml --out DIR [--workers K] [--delete-checkpoints]
     scalinfer sweep SWEEP.toml --out DIR --only RUN_ID|NAME      (or --index I: one run, in this process)
     scalinfer sweep --merge DIR [--export DEST]
@@ -22,14 +22,20 @@ import json
 import sys
 from typing import Sequence
 
-from scalinfer.cli._args import PRESET_NAMES, ints, positive
+from scalinfer.cli._args import PRESET_NAMES, add_force, ints, positive
 from scalinfer.errors import TrainError
 
 __all__ = ["register", "cmd_plan", "cmd_sweep", "worker_main"]
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from scalinfer._io import atomic_write_text
+    from pathlib import Path
+
+    from scalinfer._io import atomic_write_text, check_output
+
+    if args.output:
+        prior = args.prior if Path(args.prior).exists() else None
+        check_output(args.output, inputs=[prior], force=args.force, what="sweep file")
     from scalinfer.sweep import PlanSpec, check_plan_configs, make_plan, parse_size
     from scalinfer.train.config import preset
 
@@ -59,11 +65,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from scalinfer._io import check_output_dir
     from scalinfer.sweep import export, load_sweep, merge, run_status, run_sweep
 
     if args.merge:
         if args.sweep or args.out:
             raise TrainError("--merge DIR takes the sweep folder alone")
+        if args.export:
+            check_output_dir(args.export, inputs=[args.merge], what="export folder")
         res = merge(args.merge)
         _report(res, sys.stderr)
         if args.export:
@@ -82,6 +91,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     if not args.out:
         raise TrainError("scalinfer sweep needs --out DIR")
+    check_output_dir(args.out, inputs=[args.sweep], what="sweep folder")
     res = run_sweep(args.sweep, args.out, workers=args.workers, only=args.only, index=args.index,
                     delete_checkpoints=args.delete_checkpoints)
     one = args.only is not None or args.index is not None
@@ -137,6 +147,7 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name", default="calibration", help="the sweep's name")
     p.add_argument("-o", "--output", metavar="SWEEP.toml", help="write the sweep file")
+    add_force(p)
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=cmd_plan)
 

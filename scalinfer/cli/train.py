@@ -27,6 +27,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from scalinfer.train.token_plan import make_plan
 
     cfg = load_config(args.config, args.overrides, args.preset)
+    if not args.dry_run:
+        from scalinfer._io import check_output_dir
+
+        check_output_dir(args.out, inputs=[args.config], what="output folder")
     if args.dry_run:
         plan = make_plan(cfg)
         counts = param_counts(cfg.model)
