@@ -104,6 +104,7 @@ def test_map_predicts_the_laws_value(sim):
             np.testing.assert_allclose(p.interval(q)[0], _law(point, q, N, D), rtol=1e-9)
 
 
+@pytest.mark.slow
 def test_censored_runs_change_the_posterior():
     """Diverged runs are censored observations: dropping them must move the posterior of the upper LR valley."""
     from scalinfer.models.surface import MODEL

@@ -100,6 +100,7 @@ def test_cli_reports_bad_sweep_file(tmp_path):
 
 
 # ---- running ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_small_sweep_with_workers_only_index_and_merge(tmp_path):
     path = _write(tmp_path)
     out = tmp_path / "out"
@@ -153,6 +154,7 @@ def test_small_sweep_with_workers_only_index_and_merge(tmp_path):
         merge(out)
 
 
+@pytest.mark.slow
 def test_resume_after_worker_killed(tmp_path):
     """SIGKILL the worker mid-run, re-run the sweep: every record exactly once, the run resumed."""
     path = _write(tmp_path, total=512 * 120, ckpt=10, fork=0.5)
