@@ -354,6 +354,7 @@ def test_size_scatter_potential_stays_float32(sim):
         k: trace[k]["value"].dtype for k in ("lr_size", "a0", "a_N", "tau_lr_size")}
 
 
+@pytest.mark.slow
 def test_size_scatter_carries_a_new_sizes_scatter(sim):
     """Sizes that scatter around the laws (simulated at tau = 0.15 in log eta* and log B*): the fit with size
     scatter finds that scatter and widens the intervals at a new, larger size. Without it the setting offsets
