@@ -217,8 +217,6 @@ def _numpyro_private(path: Path) -> list[str]:
     return [f"{path.relative_to(ROOT)}:{x}" for x in out]
 
 
-@pytest.mark.xfail(strict=False, reason="inference/nuts.py writes NumPyro's HMC adaptation state (adapt_state); "
-                   "the NUTS rewrite (issue #20) removes it")
 def test_no_private_numpyro_in_the_package():
     found = [x for path in sorted(PACKAGE.rglob("*.py")) for x in _numpyro_private(path)]
     assert not found, found
