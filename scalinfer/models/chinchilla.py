@@ -58,7 +58,7 @@ class Chinchilla(Model):
     version = "1"
     required_columns = ("N", "D", "loss")
     predicts = {"loss": "nats/token"}
-    targets = ("N", "D")
+    targets = ("N", "D", "C")
 
     def prepare(self, runs: RunTable) -> tuple[Arrays, dict[str, float]]:
         self.check(runs)
@@ -106,7 +106,12 @@ class Chinchilla(Model):
 
     @float64  # the laws in float64, as the fit
     def predict(self, draws, constants, N=None, D=None, C=None):
-        """Loss at (N, D); with ``C`` (FLOPs) instead, the compute-optimal N, D and their loss."""
+        """Loss at (N, D); with ``C`` (FLOPs, C = 6 N D) instead, the compute-optimal N, D and their loss."""
+        if not ((C is None and N is not None and D is not None) or (C is not None and N is None and D is None)):
+            from scalinfer.errors import ModelError
+
+            raise ModelError("chinchilla predicts at a model size and data (--N and --D) or at a compute budget "
+                             "(--C) alone")
         p = self.derived(draws, constants)
         alpha, beta = draws["alpha"], draws["beta"]
         if C is not None:
@@ -127,8 +132,11 @@ class Chinchilla(Model):
             g("a_c"), g("b_c"), g("e"), g("alpha"), g("beta"))))
 
     def extrapolation(self, constants, N=None, D=None, C=None):
+        """N and D over the largest fitted (``N_ratio``, ``D_ratio``); a budget ``C`` over 6 max_N max_D, the
+        compute of a run at the largest fitted N and D, which no fitted run exceeds (``C_ratio``: at least as
+        far as the budget lies beyond the data's compute, never more)."""
         if C is not None:
-            return {}
+            return {"C_ratio": np.asarray(C, dtype=float) / (6.0 * constants["max_N"] * constants["max_D"])}
         return super().extrapolation(constants, N=N, D=D)
 
     def true_params(self):
