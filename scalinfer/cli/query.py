@@ -121,6 +121,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from scalinfer.plots import plot
 
     f = load_fit(args.fit)
+    if args.kind == "rank" and f.posterior.sizes["chain"] < 2:
+        raise ScalinferError(f"{args.fit}: a rank plot compares chains, and this {f.method} fit has one; "
+                             "plot 'trace', or fit with NUTS (--method nuts, 2 or more --chains)")
     path = plot(f, args.kind, output=args.output)
     print(f"wrote {path}", file=sys.stderr)
     return 0
