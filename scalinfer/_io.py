@@ -127,8 +127,9 @@ def _check_folder(folder: Path, what: str, path: Path) -> None:
     folder = folder if str(folder) else Path(".")
     if not folder.is_dir():
         missing = next((p for p in reversed((folder, *folder.parents)) if not p.is_dir()), folder)
-        why = "is not a folder" if missing.exists() else "does not exist"
-        raise OutputError(f"{what} {path}: {missing} {why} (scalinfer creates no folder above the output)")
+        if missing.exists():
+            raise OutputError(f"{what} {path}: {missing} is a file, not a folder")
+        raise OutputError(f"{what} {path}: {missing} does not exist (scalinfer creates no folder above the output)")
     _probe(folder, what, path)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from scalinfer.cli._args import FORMAT_NAMES, MODEL_NAMES, add_force, count, quiet, whole
@@ -74,6 +75,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if unknown:
             raise ModelError(f"--params: model {args.model!r} has no parameter {', '.join(map(repr, unknown))} "
                              f"(its parameters: {', '.join(valid)})")
+        for k, v in params.items():
+            number = isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v)
+            if isinstance(valid[k], float) and not number:
+                raise ModelError(f"--params: {k} must be a finite number, got {json.dumps(v)}")
+            if isinstance(valid[k], dict) and not isinstance(v, dict):
+                raise ModelError(f"--params: {k} must be a JSON object like the model's {json.dumps(valid[k])}")
         params = {**valid, **params}  # the ones not given keep the model's values
     runs = simulate(args.model, params=params, seed=args.seed)
     path = write_simulated(runs, args.output, model=args.model)
@@ -88,6 +95,24 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     from scalinfer.quickstart import quickstart
 
     return quickstart(json_output=args.json, quiet=quiet())
+
+
+def _finite(v: float) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer beyond float's range
+        return False
+
+
+#: the most NUTS chains a fit takes: each runs on a CPU device of its own, which JAX creates at start-up
+MAX_CHAINS = 128
+
+
+def _chains(text: str) -> int:
+    v = count(text)
+    if v > MAX_CHAINS:
+        raise argparse.ArgumentTypeError(f"{text!r}: at most {MAX_CHAINS} chains (each gets a CPU device)")
+    return v
 
 
 def register(subparsers) -> None:
@@ -106,7 +131,7 @@ def register(subparsers) -> None:
                         "laws alone, 1.5-1.7x faster, with intervals at a new N that leave that scatter out)")
     s.add_argument("--method", default=None, choices=("nuts", "map", "laplace", "bootstrap"),
                    help="nuts, map, laplace or bootstrap (default: the model's, nuts; classic: bootstrap only)")
-    s.add_argument("--chains", type=count, default=4, help="NUTS chains, >= 1 (default 4)")
+    s.add_argument("--chains", type=_chains, default=4, help=f"NUTS chains, 1 to {MAX_CHAINS} (default 4)")
     s.add_argument("--warmup", type=whole, default=500, help="NUTS warmup steps per chain, >= 0 (default 500)")
     s.add_argument("--samples", type=count, default=500, help="draws per chain, >= 1 (default 500)")
     s.add_argument("--seed", type=whole, default=0, help="random seed, >= 0 (default 0)")

@@ -201,6 +201,8 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
         text = path.read_text()
     except FileNotFoundError:
         raise TrainError(f"sweep file {path} does not exist") from None
+    except (UnicodeDecodeError, IsADirectoryError):
+        raise TrainError(f"sweep file {path} is not a text file") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
