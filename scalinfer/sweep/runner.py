@@ -6,6 +6,12 @@ dies with its process, so a killed worker leaves its run unclaimed and half done
 runs, resumes the interrupted one from its latest checkpoint (the trainer's exact resume) and adds no
 duplicate record, because the merge keys every record by run id. The same claims make ``--only`` and
 ``--index`` safe to launch from any scheduler (one process per run, on many machines sharing ``DIR``).
+
+Stopping: each worker runs in a process group of its own, and SIGINT (Ctrl-C) or SIGTERM to the parent is
+passed on to every worker's group; a worker stops at once on either (its run resumable from its latest
+checkpoint) and the parent exits when they have. A worker whose parent died without passing anything on
+(``kill -9``) notices within a second (its parent process id changes), sends what it still prints to its log
+file, and stops once its current run writes its next checkpoint (or finishes), claiming no further run.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -33,6 +40,8 @@ from scalinfer.sweep.store import (
 from scalinfer.train.records import read_json, write_file
 
 __all__ = ["run_one", "worker_loop", "run_sweep", "run_worker"]
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager
@@ -120,13 +129,19 @@ def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = Fa
 
 
 def worker_loop(sweep: Sweep, out: str | os.PathLike, runs: Sequence[SweepRun] | None = None,
-                delete_checkpoints: bool = False, log=sys.stderr, since: float | None = None) -> dict[str, str]:
+                delete_checkpoints: bool = False, log=sys.stderr, since: float | None = None,
+                watch: _ParentWatch | None = None) -> dict[str, str]:
     """Claim and run the sweep's unfinished runs one after another (in this process); merge after each.
 
-    Returns run name -> outcome (see `run_one`) for every run this worker touched or found busy.
+    Returns run name -> outcome (see `run_one`) for every run this worker touched or found busy. With `watch`
+    (a worker process's watch on its parent), no further run is claimed once the parent is gone.
     """
     outcomes: dict[str, str] = {}
     for run in runs if runs is not None else sweep.runs:
+        if watch is not None:
+            if watch.orphaned:
+                break
+            watch.current = run.directory(out)
         outcome = run_one(run, out, delete_checkpoints, log, skip_failed_since=since)
         outcomes[run.name] = outcome
         if outcome in ("done", "failed", "stopped"):
@@ -185,17 +200,22 @@ def run_sweep(path: str | os.PathLike, out: str | os.PathLike, workers: int = 1,
         cmd += ["--delete-checkpoints"] if delete_checkpoints else []
         print(f"[sweep] {sweep.name}: {len(pending)} of {len(sweep.runs)} runs to do, {n} worker(s)",
               file=log, flush=True)
-        procs = [subprocess.Popen(cmd + ["--worker-id", str(k)], stderr=subprocess.PIPE, text=True, bufsize=1)
+        # each worker leads a process group of its own: a Ctrl-C in the terminal reaches this process alone,
+        # which passes it on once (`_passing_on`), and a worker's own children (if any) get it too
+        procs = [subprocess.Popen(cmd + ["--worker-id", str(k)], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True, bufsize=1, process_group=0)
                  for k in range(n)]
-        try:
-            _relay(procs, out / "logs", log)
-        except KeyboardInterrupt:
-            for p in procs:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGINT)
-            for p in procs:
-                p.wait()
-            raise
+        with _passing_on(procs) as received:
+            try:
+                _relay(procs, out / "logs", log)
+            except KeyboardInterrupt:
+                if not received:  # interrupted another way than by a signal `_passing_on` saw
+                    _signal_workers(procs, signal.SIGINT)
+                for p in procs:
+                    p.wait()
+                raise
+        if received:  # SIGTERM: the workers have stopped; now this process's own handler (default: exit)
+            signal.raise_signal(received[0])
         for k, p in enumerate(procs):
             if p.returncode < 0:
                 failures.append(f"worker {k} (pid {p.pid}) was killed by signal {-p.returncode}")
@@ -203,6 +223,42 @@ def run_sweep(path: str | os.PathLike, out: str | os.PathLike, workers: int = 1,
                 failures.append(f"worker {k} (pid {p.pid}) exited with code {p.returncode}")
     res = merge(out, sweep)
     return dataclasses.replace(res, worker_failures=tuple(failures))
+
+
+def _signal_workers(procs: Sequence[subprocess.Popen], signum: int) -> None:
+    """Send `signum` to the process group of each worker still running."""
+    for p in procs:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signum)
+
+
+@contextlib.contextmanager
+def _passing_on(procs: Sequence[subprocess.Popen]) -> Iterator[list[int]]:
+    """While the workers run, SIGINT and SIGTERM to this process are sent on to the workers' process groups;
+    yields the list of the signals received. SIGINT then raises KeyboardInterrupt here as usual; after SIGTERM
+    this process keeps relaying until the workers have stopped. The previous handlers come back on exit. Signal
+    handlers can only be set in the main thread: elsewhere nothing is passed on (workers still stop when this
+    process dies: `_ParentWatch`)."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum, frame):
+        first = not received
+        received.append(signum)
+        if first:
+            _signal_workers(procs, signum)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, handler) for s in _STOP_SIGNALS}
+    try:
+        yield received
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, signal.SIG_DFL if h is None else h)
 
 
 def _relay(procs: list[subprocess.Popen], log_dir: Path, log) -> None:
@@ -235,20 +291,76 @@ def _relay(procs: list[subprocess.Popen], log_dir: Path, log) -> None:
             p.wait()
 
 
+class _ParentWatch:
+    """A worker's watch on the process that started it (a daemon thread polling `os.getppid`).
+
+    When the parent is gone (it died without stopping the worker: ``kill -9``), the worker's stderr, a pipe
+    nobody reads any more, is pointed at `log_path`; the run in progress (`current`, its folder) goes on until
+    it writes its next checkpoint, and then the main thread is interrupted (KeyboardInterrupt); `worker_loop`
+    claims no further run (`orphaned`)."""
+
+    def __init__(self, log_path: Path, poll_s: float = 0.5):
+        self.parent = os.getppid()
+        self.log_path, self.poll_s = log_path, poll_s
+        self.current: Path | None = None
+        self.orphaned = False
+        threading.Thread(target=self._watch, name="scalinfer-parent-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        while os.getppid() == self.parent:
+            time.sleep(self.poll_s)
+        self.orphaned = True
+        with contextlib.suppress(OSError):
+            self.log_path.parent.mkdir(exist_ok=True)
+            fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            os.dup2(fd, sys.stderr.fileno())
+            os.close(fd)
+        print(f"[sweep] worker {os.getpid()}: the sweep's parent process is gone; stopping at the next "
+              f"checkpoint", file=sys.stderr, flush=True)
+        run = self.current
+        seen = _latest_checkpoint(run)
+        while run is self.current and _latest_checkpoint(run) == seen:
+            time.sleep(self.poll_s / 2)
+        if run is self.current:  # a new checkpoint of the same run; else the run ended and no other starts
+            import _thread
+
+            _thread.interrupt_main()
+
+
+def _latest_checkpoint(run_dir: Path | None) -> int:
+    try:
+        return max((int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()), default=-1)
+    except (OSError, TypeError):
+        return -1
+
+
 def run_worker(sweep_path: str | os.PathLike, out: str | os.PathLike, worker_id: int = 0,
                delete_checkpoints: bool = False, since: float | None = None) -> int:
     """One worker process's work (``python -m scalinfer.cli.sweep`` parses its arguments): load the sweep file
-    and `worker_loop` over its runs in folder ``out``.
+    and `worker_loop` over its runs in folder ``out``, watching its parent (see the module docstring: SIGTERM
+    stops it as Ctrl-C does, an orphaned worker stops at its run's next checkpoint).
 
     Returns the worker's exit code: 0 when every run it touched is done (or busy in another worker), 3 when
-    some failed or stopped, 2 on a bad sweep file (reported as a ``[sweep]`` line on stderr), 130 on Ctrl-C.
+    some failed or stopped, 2 on a bad sweep file (reported as a ``[sweep]`` line on stderr), 130 on Ctrl-C,
+    SIGTERM or the parent's death.
     """
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    in_main = threading.current_thread() is threading.main_thread()  # where a handler can be set
+    previous = signal.signal(signal.SIGTERM, stop) if in_main else None
+    watch = _ParentWatch(Path(out) / "logs" / f"worker-{worker_id}.log")
     try:
         sweep = load_sweep(sweep_path)
-        outcomes = worker_loop(sweep, out, delete_checkpoints=delete_checkpoints, since=since)
+        outcomes = worker_loop(sweep, out, delete_checkpoints=delete_checkpoints, since=since, watch=watch)
     except ScalinferError as e:
         print(f"[sweep] worker {worker_id}: error: {e}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
+        return 130
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    if watch.orphaned:
         return 130
     return 0 if all(v == "done" or v == "busy" for v in outcomes.values()) else 3
