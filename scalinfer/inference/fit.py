@@ -448,6 +448,11 @@ class Fit:
     def predict(self, ci: float = 0.9, sensitivity: bool = True, **targets: Any) -> Prediction:
         """Posterior draws and intervals of the model's quantities at `targets` (e.g. ``N=1e9, D=2e10``).
 
+        A target that is not a positive finite number raises `ModelError`. The prediction's `warnings` are the
+        fit's own (`warnings`: convergence, approximate methods), the answer's (`scalinfer.inference.checks`: a
+        target beyond 10x the data or below the smallest size, an optimum outside or at the edge of the range
+        tried, a batch below one sequence or above D, an LR above 1) and the model's (`predict_warnings`).
+
         With `sensitivity` (default) the prediction also carries each quantity's power-scaling prior and
         likelihood sensitivity (`Prediction.prior_sensitivity`, `scalinfer.inference.sensitivity`), and a
         warning for each prior-dominated one, naming the prior that moves it most."""
@@ -456,6 +461,9 @@ class Fit:
         missing = [t for t in self.model.required_targets if targets.get(t) is None]
         if missing:
             raise ModelError(f"model {self.model.name!r} needs target(s) {', '.join(missing)}")
+        from scalinfer.inference import checks
+
+        checks.check_targets(targets, self.model.targets)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # overflow of unreachable targets -> inf, reported
             draws = self.model.predict(self.draws(), self.constants, **targets)
@@ -468,7 +476,8 @@ class Fit:
             ps = ps or _sensitivity.prior_sensitivity(self.tree, draws)
         return Prediction(draws=draws, units=units, targets=targets, ci=ci,
                           extrapolation=self.model.extrapolation(self.constants, **targets),
-                          warnings=tuple(self.warnings() + self.model.predict_warnings(self.constants, **targets)
+                          warnings=tuple(self.warnings() + checks.answer_warnings(self.constants, draws, targets, ci)
+                                         + self.model.predict_warnings(self.constants, **targets)
                                          + _sensitivity.sensitivity_warnings(ps if isinstance(ps, dict) else None)),
                           model=self.model.name, prior_sensitivity=ps)
 

@@ -38,7 +38,7 @@ from scalinfer.runs.schema import RunTable
 if TYPE_CHECKING:  # the fit is only passed through (`fit_warnings`); models do not import inference
     from scalinfer.inference.fit import Fit
 
-__all__ = ["Model", "LossCurve", "Arrays"]
+__all__ = ["Model", "LossCurve", "Arrays", "tried_ranges", "tried_at"]
 
 Arrays = dict[str, np.ndarray]
 
@@ -185,3 +185,54 @@ class LossCurve(abc.ABC):
     def loss_at_tokens(self, draws: Arrays, constants: dict[str, float], N: Any, tokens: Any) -> np.ndarray:
         """Posterior draws of the loss (nats/token) reached after `tokens` at model size `N`:
         shape (n_draws, *broadcast(N, tokens).shape)."""
+
+
+# ---- what the runs tried (the answers' warnings compare an optimum with it) --------------------------------------
+#: the swept columns whose ranges `tried_ranges` records, under the name used in the constants
+_TRIED = {"lr": "lr", "batch": "batch_tokens"}
+
+
+def tried_ranges(df: pd.DataFrame) -> dict[str, float]:
+    """Constants that say what the runs tried (`prepare` adds them; `scalinfer.inference.checks` reads them).
+
+    Per distinct N, index k in increasing N: ``tried_N_k``; for ``lr`` and ``batch`` (``batch_tokens``), where
+    the table has them, ``tried_<q>_lo_k`` and ``tried_<q>_hi_k``, the smallest and largest value tried at that
+    N (diverged runs included: they were tried), and ``tried_<q>_lo_edge_k``, ``tried_<q>_hi_edge_k``, the
+    geometric midpoints between the two smallest and the two largest distinct values: an optimum below
+    lo_edge has the smallest value tried as its nearest run, so it sits at the edge of the sweep (one value
+    tried: both edges are that value). ``seq_len``: the shortest sequence of any run, in tokens, where the
+    table says it.
+    """
+    out: dict[str, float] = {}
+    N = df["N"].to_numpy(float)
+    for k, n in enumerate(np.unique(N)):
+        at = N == n
+        out[f"tried_N_{k}"] = float(n)
+        for q, col in _TRIED.items():
+            if col not in df.columns:
+                continue
+            v = np.unique(df.loc[at, col].to_numpy(float))
+            v = v[np.isfinite(v) & (v > 0)]
+            if not v.size:
+                continue
+            out[f"tried_{q}_lo_{k}"], out[f"tried_{q}_hi_{k}"] = float(v[0]), float(v[-1])
+            out[f"tried_{q}_lo_edge_{k}"] = float(np.sqrt(v[0] * v[min(1, v.size - 1)]))
+            out[f"tried_{q}_hi_edge_{k}"] = float(np.sqrt(v[-1] * v[max(v.size - 2, 0)]))
+    if "seq_len" in df.columns and df["seq_len"].notna().any():
+        out["seq_len"] = float(df["seq_len"].min())
+    return out
+
+
+def tried_at(constants: dict[str, float], N: float) -> dict[str, Any] | None:
+    """What `tried_ranges` recorded at the fitted size nearest `N` in log N: ``{"N": n, "lr": (lo, lo_edge,
+    hi_edge, hi), "batch": (...)}`` (a quantity absent where it was not swept); None for a fit without them
+    (written before they were recorded)."""
+    sizes = [(int(key[len("tried_N_"):]), v) for key, v in constants.items() if key.startswith("tried_N_")]
+    if not sizes:
+        return None
+    k, n = min(sizes, key=lambda kv: abs(np.log(kv[1]) - np.log(N)))
+    out: dict[str, Any] = {"N": n}
+    for q in _TRIED:
+        if f"tried_{q}_lo_{k}" in constants:
+            out[q] = tuple(constants[f"tried_{q}_{e}_{k}"] for e in ("lo", "lo_edge", "hi_edge", "hi"))
+    return out

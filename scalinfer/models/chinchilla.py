@@ -73,7 +73,8 @@ class Chinchilla(Model):
         m_D = 0.5 * (log_D.min() + log_D.max())
         data = {"x_N": log_N - m_N, "x_D": log_D - m_D, "log_loss": np.log(df["loss"].to_numpy(float))}
         constants = {"m_N": m_N, "m_D": m_D, "min_loss": float(df["loss"].min()),
-                     "max_N": float(df["N"].max()), "max_D": float(df["D"].max())}
+                     "max_N": float(df["N"].max()), "max_D": float(df["D"].max()),
+                     "min_N": float(df["N"].min()), "min_D": float(df["D"].min())}
         return data, constants
 
     def model(self, x_N, x_D, log_loss=None, min_loss=2.0):

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from scalinfer.errors import ModelError
-from scalinfer.models.base import Arrays, Model
+from scalinfer.models.base import Arrays, Model, tried_ranges
 from scalinfer.models.surface import DIVERGENCE_RATIO, require_lr_and_batch, settings_of
 from scalinfer.runs.schema import RunTable
 
@@ -153,6 +153,7 @@ class Classic(Model):
             "use_N": float(np.ptp(log_N) > 1e-9), "use_D": float(np.ptp(log_D) > 1e-9),
             "n_settings": float(S), "n_diverged": float(diverged.sum()), "n_vertex_fallbacks": float(fallbacks),
             "vertex_quadratic": float(self.vertex == "quadratic"),
+            **tried_ranges(df),  # the LRs and batches tried at each size, for the answers' warnings
         }
         if S < 2 + constants["use_N"] + constants["use_D"]:
             raise ModelError(f"{runs.source}: {S} setting(s) cannot fit a law in "

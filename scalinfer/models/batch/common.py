@@ -41,7 +41,7 @@ from jax.scipy.special import log_ndtr
 from numpyro.distributions import constraints
 
 from scalinfer.errors import ModelError
-from scalinfer.models.base import Arrays, Model
+from scalinfer.models.base import Arrays, Model, tried_ranges
 from scalinfer.runs.schema import RunTable
 
 __all__ = ["CensoredNormal", "BatchTableModel", "unit_effect", "pooled", "target_key", "match_units", "table_arrays",
@@ -386,5 +386,6 @@ def table_arrays(table: RunTable, model_name: str) -> tuple[Arrays, dict[str, fl
         **{f"unit_N_{k}": float(v) for k, v in enumerate(unit_N)},
         **{f"unit_L_{k}": float(v) for k, v in enumerate(unit_L)},
         **{f"size_N_{k}": float(v) for k, v in enumerate(sizes)},
+        **tried_ranges(df),  # the batches tried at each size, for the answers' warnings
     }
     return data, constants

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from scalinfer.errors import ModelError
-from scalinfer.models.base import Arrays
+from scalinfer.models.base import Arrays, tried_ranges
 from scalinfer.runs.schema import RunTable
 
 __all__ = ["DIVERGENCE_RATIO", "prepare_runs", "diverged_mask", "censor_levels", "require_lr_and_batch",
@@ -77,6 +77,7 @@ def prepare_runs(runs: RunTable, divergence_ratio: float, n_kind: str | None, si
         **{f"size_N_{m}": float(v) for m, v in enumerate(np.exp(np.unique(log_N)))},
         "n_censored_by_ratio": float(cens.sum() - n_flagged), "divergence_ratio": divergence_ratio,
         "n_kind_active": float(n_kind == "active"),
+        **tried_ranges(df),  # the LRs and batches tried at each size, for the answers' warnings
     }
     return data, constants
 
