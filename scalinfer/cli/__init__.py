@@ -27,6 +27,7 @@ import importlib
 import sys
 import warnings
 
+from scalinfer.cli._args import negative_values
 from scalinfer.errors import ScalinferError
 
 __all__ = ["main", "build_parser"]
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``scalinfer ARGV`` (default: the process's arguments); returns the exit code."""
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(negative_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         with warnings.catch_warnings():
             if not args.verbose:  # other libraries' warnings off; scalinfer's (and those it raises for) on

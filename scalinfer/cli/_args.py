@@ -14,7 +14,7 @@ from typing import Any
 
 __all__ = ["MODEL_NAMES", "FORMAT_NAMES", "PLOT_KINDS", "PRESET_NAMES", "DECAY_SHAPES", "BASELINES",
            "floats", "range_or_floats", "positive", "count", "whole", "ints", "fit_path", "add_force", "quiet",
-           "print_json"]
+           "print_json", "negative_values", "add_strict", "STRICT_EXIT", "exit_code"]
 
 # The names the parser offers. Each has one home in the library (the module named beside it); the copies
 # here keep parser-building free of the imports those modules need, and tests/test_cli_speed.py checks that
@@ -44,8 +44,10 @@ def floats(text: str) -> float | list[float]:
         vals = [float(t) for t in text.split(",") if t.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number or a comma-separated list of numbers")
-    if not vals or not all(math.isfinite(v) and v > 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected positive finite number(s)")
+    bad = [v for v in vals if not (math.isfinite(v) and v > 0)]
+    if not vals or bad:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected positive finite number(s)"
+                                         + (f", not {bad[0]:g}" if len(vals) > 1 and bad else ""))
     return vals[0] if len(vals) == 1 else vals
 
 
@@ -118,7 +120,49 @@ def ints(text: str) -> tuple[int, ...]:
     return vals
 
 
+def negative_values(argv: list[str]) -> list[str]:
+    """`argv` with a negative-looking number that follows an option joined to it (``--N -7e9`` -> ``--N=-7e9``).
+
+    argparse takes '-7e9' (and '-inf', '-1e9,2e9') for an option, its test for a negative number missing
+    exponents and the rest, and answers "expected one argument"; joined, the value reaches the option's own
+    parser, which says what is wrong with it (a size must be positive). Nothing else changes."""
+    out: list[str] = []
+    for tok in argv:
+        prev = out[-1] if out else ""
+        if prev.startswith("--") and prev != "--" and "=" not in prev and _negative_number(tok):
+            out[-1] = f"{prev}={tok}"
+        else:
+            out.append(tok)
+    return out
+
+
+def _negative_number(tok: str) -> bool:
+    if not tok.startswith("-") or tok.startswith("--"):
+        return False
+    try:
+        float(tok.split(",")[0].split(":")[0])
+    except ValueError:
+        return False
+    return True
+
+
 # ---- output --------------------------------------------------------------------------------
+#: the exit code of a command run with --strict whose answer carries a warning
+STRICT_EXIT = 3
+
+
+def add_strict(parser: argparse.ArgumentParser) -> None:
+    """``--strict``: exit with code 3 when the answer carries any warning (printed first, as always)."""
+    parser.add_argument("--strict", action="store_true",
+                        help=f"exit with code {STRICT_EXIT} (after printing the answer) when any warning fires: "
+                             "for scripts and pipelines that must not use a doubtful answer")
+
+
+def exit_code(args: argparse.Namespace, warnings) -> int:
+    """0, or `STRICT_EXIT` when the command was run with ``--strict`` and `warnings` is not empty."""
+    return STRICT_EXIT if getattr(args, "strict", False) and len(warnings) else 0
+
+
 def add_force(parser: argparse.ArgumentParser) -> None:
     """``--force``: the command may replace an existing output file (`scalinfer._io.check_output` refuses
     otherwise; it never replaces an input, a folder or a device)."""

@@ -16,7 +16,7 @@ import argparse
 import math
 import sys
 
-from scalinfer.cli._args import DECAY_SHAPES, add_force, count, fit_path, positive, print_json
+from scalinfer.cli._args import DECAY_SHAPES, add_force, add_strict, count, exit_code, fit_path, positive, print_json
 
 __all__ = ["register", "cmd_compare", "cmd_schedule"]
 
@@ -33,13 +33,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         rows = [{"fit": k, **{c: (v.item() if hasattr(v, "item") else v) for c, v in r.items()}}
                 for k, r in table.iterrows()]
         print_json({"comparison": rows, "criterion": "PSIS-LOO elpd (higher is better)"})
-        return 0
+        return exit_code(args, table[table["bad_k"] > 0])
     print(loo_table(table))
     bad = table[table["bad_k"] > 0]
     for name, r in bad.iterrows():
         print(f"warning: {name}: {r['bad_k']} of {r['n_obs']} observations have Pareto k > 0.7; "
               "their LOO estimate is unreliable")
-    return 0
+    return exit_code(args, bad)
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
@@ -66,7 +66,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         print(f"wrote {path}", file=sys.stderr)
     if args.json:
         print_json(sched.to_dict())
-        return 0
+        return exit_code(args, sched.warnings)
     print(f"batch schedule for N = {sched.N:.4g}, D = {sched.D:.4g} tokens ({sched.model})")
     print(f"{'from_tokens':>12} {'to_tokens':>12} {'exp. loss':>9} {'B_min':>10} {'B_opt':>10} {'batch':>10}")
     for s in sched.segments:
@@ -81,7 +81,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
               f"(final {lr['final_fraction']:g} x peak)")
     for w in sched.warnings:
         print(f"warning: {w}")
-    return 0
+    return exit_code(args, sched.warnings)
 
 
 def register(subparsers) -> None:
@@ -89,6 +89,7 @@ def register(subparsers) -> None:
     s = subparsers.add_parser("compare", help="rank fits of the same data by PSIS-LOO")
     s.add_argument("fits", nargs="+", metavar="FIT", type=fit_path, help="fit files (netCDF) of the same data")
     s.add_argument("--json", action="store_true")
+    add_strict(s)
     s.set_defaults(func=cmd_compare)
 
     s = subparsers.add_parser("schedule", help="a batch-size (and WSD LR) schedule that follows B_opt along a run")
@@ -108,4 +109,5 @@ def register(subparsers) -> None:
     s.add_argument("--json", action="store_true")
     s.add_argument("-o", "--output", default=None, help="write the schedule file the trainer reads (JSON)")
     add_force(s)
+    add_strict(s)
     s.set_defaults(func=cmd_schedule)

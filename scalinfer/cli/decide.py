@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from scalinfer.cli._args import fit_path, positive, print_json
+from scalinfer.cli._args import add_strict, exit_code, fit_path, positive, print_json
 
 __all__ = ["register", "cmd_recommend"]
 
@@ -28,7 +28,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         print_json(r.to_dict())
     else:
         print(r.to_text())
-    return 0
+    return exit_code(args, r.warnings)
 
 
 def _fraction(text: str) -> float:
@@ -57,4 +57,5 @@ def register(subparsers) -> None:
     s.add_argument("--lr", type=positive, help="a proposed peak LR: its expected excess loss and interval")
     s.add_argument("--ci", type=_fraction, default=0.9, help="credible mass of the intervals (default 0.9)")
     s.add_argument("--json", action="store_true")
+    add_strict(s)
     s.set_defaults(func=cmd_recommend)

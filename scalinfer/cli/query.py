@@ -1,8 +1,12 @@
 """``scalinfer summary``, ``predict`` and ``plot``: read a saved fit.
 
-    scalinfer summary FIT.nc [--json]
+    scalinfer summary FIT.nc [--json] [--strict]
     scalinfer predict FIT.nc --N X --D Y [--ci 0.9] [--lr A --batch B] [--target-loss L] [--grid] [--json]
+                      [--strict]
     scalinfer predict --baseline steplaw|deepseek|zhou2026 --N X --D Y [--json]
+
+With ``--strict`` a command whose answer carries a warning exits with code 3 after printing it
+(`scalinfer.cli._args.exit_code`); bad input exits 2, as everywhere.
     scalinfer plot FIT.nc KIND -o FILE
 
 None of these starts the trainer; ``summary`` and ``predict`` import only what reading the fit file and the
@@ -16,7 +20,8 @@ import json
 import sys
 from typing import Any
 
-from scalinfer.cli._args import BASELINES, PLOT_KINDS, add_force, fit_path, floats, print_json, range_or_floats
+from scalinfer.cli._args import (BASELINES, PLOT_KINDS, add_force, add_strict, exit_code, fit_path, floats, print_json,
+                                 range_or_floats)
 from scalinfer.errors import ScalinferError
 
 __all__ = ["register", "cmd_summary", "cmd_predict", "cmd_plot"]
@@ -30,7 +35,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
     if args.json:
         s.pop("parameters")
         print_json(s)
-        return 0
+        return exit_code(args, s["warnings"])
     print(f"model {s['model']} ({s['method']}), {s['n_runs']} runs, {s['divergences']} divergences")
     print(f"{'parameter':>12} {'mean':>11} {'sd':>10} {'q05':>11} {'q50':>11} {'q95':>11} {'r_hat':>7} {'ess_bulk':>9}")
     for k, v in s["parameters"].items():
@@ -38,7 +43,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
               f"{v['r_hat']:>7.3f} {v['ess_bulk']:>9.0f}")
     for w in s["warnings"]:
         print(f"warning: {w}")
-    return 0
+    return exit_code(args, s["warnings"])
 
 
 def _baseline(args: argparse.Namespace) -> dict[str, Any]:
@@ -69,7 +74,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         else:
             for k, v in out.items():
                 print(f"{k}: {v['median']:.4g}" if isinstance(v, dict) else f"{k}: {v}")
-        return 0
+        return exit_code(args, out["warnings"])
     if not args.fit:
         raise ScalinferError("predict needs a fit file (or --baseline)")
     import numpy as np
@@ -100,13 +105,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
                         "warnings": list(pred.warnings)})
         else:
             print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
-        return 0
-    out = pred.to_dict()
+            for w in pred.warnings:
+                print(f"warning: {w}")
+        return exit_code(args, pred.warnings)
     if args.json:
-        print_json(out)
-        return 0
-    print(pred.to_text())
-    return 0
+        print_json(pred.to_dict())
+    else:
+        print(pred.to_text())
+    return exit_code(args, pred.warnings)
 
 
 def _flags(names) -> str:
@@ -134,9 +140,16 @@ def register(subparsers) -> None:
     s = subparsers.add_parser("summary", help="posterior summary and diagnostics of a fit")
     s.add_argument("fit", type=fit_path)
     s.add_argument("--json", action="store_true")
+    add_strict(s)
     s.set_defaults(func=cmd_summary)
 
-    s = subparsers.add_parser("predict", help="posterior predictions at a target scale")
+    s = subparsers.add_parser(
+        "predict", help="posterior predictions at a target scale",
+        description="Posterior medians and credible intervals at a target scale, with the extrapolation ratios and "
+                    "warnings: the fit's diagnostics, a target beyond 10x the data or below the smallest size, an "
+                    "optimum outside or at the edge of the LRs or batches tried, a batch below one sequence or "
+                    "above D, an LR above 1. Targets must be positive finite numbers (else exit 2). With --strict "
+                    "the exit code is 3 when any warning fires (the answer is printed first).")
     s.add_argument("fit", nargs="?", type=fit_path, help="fit file (not needed with --baseline)")
     s.add_argument("--N", type=range_or_floats, help="target parameters (non-embedding); LO:HI:K with --grid")
     s.add_argument("--D", type=range_or_floats, help="target training tokens; LO:HI:K with --grid")
@@ -148,6 +161,7 @@ def register(subparsers) -> None:
     s.add_argument("--grid", action="store_true", help="a table over the ranges given to --N and --D")
     s.add_argument("--baseline", default=None, help=f"a closed-form peer law: {', '.join(BASELINES)}")
     s.add_argument("--json", action="store_true")
+    add_strict(s)
     s.set_defaults(func=cmd_predict)
 
     s = subparsers.add_parser("plot", help="save a figure of a fit")
