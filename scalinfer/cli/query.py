@@ -97,7 +97,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         multi = [k for k, v in given.items() if isinstance(v, list) and k != "batch"]
         if multi:
             raise ScalinferError(f"--{multi[0].replace('_', '-')} has several values: add --grid for a table")
-    pred = f.predict(ci=args.ci, **given)
+    pred = f.predict(ci=args.ci, sensitivity=args.sensitivity, **given)
     if args.grid:
         table = pred.to_frame()
         if args.json:
@@ -159,6 +159,9 @@ def register(subparsers) -> None:
     s.add_argument("--target-loss", type=floats, help="target loss in nats/token (batch models)")
     s.add_argument("--ci", type=float, default=0.9, help="credible mass of the intervals (default 0.9)")
     s.add_argument("--grid", action="store_true", help="a table over the ranges given to --N and --D")
+    s.add_argument("--sensitivity", action=argparse.BooleanOptionalAction, default=None,
+                   help="each answer's power-scaling prior sensitivity, and a warning where the prior dominates it "
+                        "(default: on at one target, off with --grid, whose cost grows with the cells)")
     s.add_argument("--baseline", default=None, help=f"a closed-form peer law: {', '.join(BASELINES)}")
     s.add_argument("--json", action="store_true")
     add_strict(s)

@@ -199,7 +199,6 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
     bounds = _support_bounds(m, kwargs) if kwargs is not None else {}
     if kwargs is not None and method != "map":  # one draw: nothing to estimate LOO from
         groups["log_likelihood"] = _log_likelihood(m, kwargs, draws)
-        groups["log_prior"] = _log_prior(m, kwargs, draws)
     observed = {k: v for k, v in data.items() if k in m.observed}
     if observed:
         groups["observed_data"] = observed
@@ -225,6 +224,9 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
     for k, (lo, hi) in bounds.items():
         if k in tree["posterior"].data_vars:
             tree["posterior"][k].attrs.update({"support_lower": lo, "support_upper": hi})
+    if "log_likelihood" in groups:  # a group of its own: one value per draw (`dims` are the sites' in posterior)
+        log_prior = _log_prior(m, kwargs, draws)
+        tree["log_prior"] = from_dict({"log_prior": log_prior}, check_conventions=False)["log_prior"]
     return tree
 
 
@@ -445,7 +447,7 @@ class Fit:
 
     # ---- answers -----------------------------------------------------------------------------------------
     @float64
-    def predict(self, ci: float = 0.9, sensitivity: bool = True, **targets: Any) -> Prediction:
+    def predict(self, ci: float = 0.9, sensitivity: bool | None = None, **targets: Any) -> Prediction:
         """Posterior draws and intervals of the model's quantities at `targets` (e.g. ``N=1e9, D=2e10``).
 
         A target that is not a positive finite number raises `ModelError`. The prediction's `warnings` are the
@@ -453,9 +455,10 @@ class Fit:
         target beyond 10x the data or below the smallest size, an optimum outside or at the edge of the range
         tried, a batch below one sequence or above D, an LR above 1) and the model's (`predict_warnings`).
 
-        With `sensitivity` (default) the prediction also carries each quantity's power-scaling prior and
-        likelihood sensitivity (`Prediction.prior_sensitivity`, `scalinfer.inference.sensitivity`), and a
-        warning for each prior-dominated one, naming the prior that moves it most."""
+        With `sensitivity` the prediction also carries each quantity's power-scaling prior and likelihood
+        sensitivity (`Prediction.prior_sensitivity`, `scalinfer.inference.sensitivity`), and a warning for each
+        prior-dominated one, naming the prior that moves it most. None (default): at a single target only (a
+        grid costs as much again per cell; the costs are in benchmarks/README.md)."""
         if not 0 < ci < 1:
             raise ModelError(f"ci must be between 0 and 1, got {ci}")
         missing = [t for t in self.model.required_targets if targets.get(t) is None]
@@ -471,7 +474,7 @@ class Fit:
         from scalinfer.inference import sensitivity as _sensitivity
 
         ps = None
-        if sensitivity:
+        if sensitivity or sensitivity is None and all(np.ndim(v) == 1 for v in draws.values()):
             ps = _sensitivity.unavailable(self.tree, len(next(iter(draws.values()))))
             ps = ps or _sensitivity.prior_sensitivity(self.tree, draws)
         return Prediction(draws=draws, units=units, targets=targets, ci=ci,

@@ -53,8 +53,10 @@ def unavailable(tree, n_draws: int | None = None) -> str | None:
     groups = tree.children
     if "log_prior" not in groups:
         method = tree.attrs.get("method")
-        if method in ("map", "bootstrap"):
-            return f"method={method} has no posterior draws to reweight"
+        if method == "map":
+            return "method=map is a point estimate: there are no draws to reweight"
+        if method == "bootstrap":
+            return "method=bootstrap has no prior to power-scale"
         return "the fit has no log_prior group (a fit file written before it was stored): refit to get it"
     if "log_likelihood" not in groups:
         return "the fit has no log_likelihood group"
