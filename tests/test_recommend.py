@@ -32,7 +32,7 @@ def sim():
 @pytest.fixture(scope="module")
 def surface_fit(sim, tmp_path_factory):
     """One NUTS fit of 405 simulated runs (9 settings; delta_lr = 0.63: the LR valley ~3.5x steeper above the
-    optimum), saved for the CLI."""
+    optimum), saved for the CLI. Its users are marked slow (the fit is test_surface's: ~130 CPU s)."""
     from scalinfer.runs.schema import validate
 
     _, df = sim
@@ -71,6 +71,7 @@ def _mirrored(fit):
     return Fit(tree)
 
 
+@pytest.mark.slow
 def test_expected_loss_lr_holds_the_truth(sim, surface_fit):
     """At a fixed seed the 90% intervals of the recommended point hold the truth's: the truth's expected-loss
     LR at the recommended batch (the best LR at that batch moved by a new setting's offsets: ~2% below the
@@ -93,6 +94,7 @@ def test_expected_loss_lr_holds_the_truth(sim, surface_fit):
     assert r.batch_largest_near_optimal.value >= b.value
 
 
+@pytest.mark.slow
 def test_asymmetric_valley_puts_the_expected_loss_lr_on_the_gentle_side(surface_fit):
     """Steep above the optimum (delta_lr > 0 in the truth and the posterior): the expected-loss LR lies below the
     median best LR at its batch (overshooting costs more). Mirror the asymmetry and it lies above."""
@@ -106,6 +108,7 @@ def test_asymmetric_valley_puts_the_expected_loss_lr_on_the_gentle_side(surface_
         assert abs(np.log(lr.value / lr.median)) > 0.01, lr
 
 
+@pytest.mark.slow
 def test_fixed_batch_penalty_is_zero_at_b_star(surface_fit):
     """One posterior draw: at its own B* the batch costs nothing (to the LR grid's resolution, ~1e-6 relative);
     4x above it costs more than 2x above it, and the recommended LR there is that draw's best LR at the batch."""
@@ -121,6 +124,7 @@ def test_fixed_batch_penalty_is_zero_at_b_star(surface_fit):
     assert r.recommended["batch"].value == 2 * b_star
 
 
+@pytest.mark.slow
 def test_constraints_and_a_users_choice(surface_fit):
     f, _ = surface_fit
     free = f.recommend(N, D)
@@ -134,6 +138,7 @@ def test_constraints_and_a_users_choice(surface_fit):
     assert mine["excess"].mean > free.expected_excess.mean and 0 <= mine["prob_near_optimal"] <= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kw, what", [({"N": -1.0}, "N"), ({"batch": 1e5, "max_batch": 1e6}, "not both"),
                                       ({"prob": 1.5}, "prob"), ({"lr": float("nan")}, "lr")])
 def test_bad_arguments_are_typed_errors(surface_fit, kw, what):
@@ -145,6 +150,7 @@ def test_bad_arguments_are_typed_errors(surface_fit, kw, what):
         f.recommend(args.pop("N"), args.pop("D"), **args)
 
 
+@pytest.mark.slow
 def test_cli_recommend_json(surface_fit):
     _, path = surface_fit
     r = run_cli("recommend", path, "--N", N, "--D", D, "--json")
@@ -169,6 +175,7 @@ def test_cli_recommend_json(surface_fit):
     assert r.code == 2 and "not allowed with" in r.err
 
 
+@pytest.mark.slow
 def test_predict_names_each_quantity_and_keeps_the_old_batch_name(surface_fit):
     f, path = surface_fit
     p = f.predict(N=N, D=D)
