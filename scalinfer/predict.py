@@ -86,7 +86,7 @@ class Prediction:
     def to_dict(self) -> dict[str, Any]:
         """The JSON answer: one ``{"median", "lo", "hi", "unit", "definition"}`` per quantity (an alias also
         ``"alias_of"``), ``extrapolation``, ``ci``, ``targets``, ``warnings``, ``prior_sensitivity`` (see the
-        attribute; absent where it was not asked for)."""
+        attribute: ``{"unavailable": why}`` where it could not be computed, absent where it was not asked for)."""
         out: dict[str, Any] = {}
         for name, q in self.quantities():
             med, lo, hi = self.interval(name)
