@@ -65,6 +65,9 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
     _q("batch_loss_opt", BATCH, "the batch of the lowest final loss at fixed (N, D), each batch at its best LR "
                                 "(B*, Step Law's and DeepSeek's optimal batch)"),
     _q("loss_opt", LOSS, "the final loss at the joint optimum (lr_opt, batch_loss_opt)"),
+    _q("loss_opt_at_batch", LOSS, "the final loss at (N, D) and the given batch at its best LR, lr_opt_at_batch"),
+    _q("batch_opt_at_lr", BATCH, "the batch of the lowest final loss at (N, D) and the given peak LR"),
+    _q("loss_opt_at_lr", LOSS, "the final loss at (N, D) and the given peak LR at its best batch, batch_opt_at_lr"),
     _q("loss", LOSS, "the final loss of a model of N parameters trained on D tokens"),
     # ---- batch sizes for a target loss ----
     _q("batch_token_opt", BATCH, "the batch that reaches the target loss with the fewest tokens, "

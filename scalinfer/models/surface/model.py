@@ -81,7 +81,9 @@ from scalinfer.errors import ModelError
 from scalinfer.models.base import Arrays, Model
 from scalinfer.models.surface import predict as _predict
 from scalinfer.models.surface import simulate as _simulate
-from scalinfer.models.surface.data import DIVERGENCE_RATIO, diverged_mask, prepare_runs
+from scalinfer.models.surface.data import DIVERGENCE_RATIO, diverged_mask, prepare_runs, settings_of
+from scalinfer.models.surface.design import (DESIGN_CODE, DESIGNS, LEFT_OUT, design_of, fill_left_out,
+                                             resolve_design, unvaried)
 from scalinfer.models.surface.loss import laws, surface_terms
 from scalinfer.models.surface.priors import LAW_N, PRIORS, SETTING, SIZE, SIZE_PRIOR
 from scalinfer.models.surface.size_scatter import (IsotropicStudentT, SmallNormal, law_given_levels, size_basis,
@@ -115,14 +117,17 @@ class Exceeds(dist.Distribution):
         return jax.scipy.special.log_ndtr(jnp.where(value == 1, self.z, -self.z))
 
 
-def _size_levels(p: dict[str, Any], n_size, h_N: float, ft) -> None:
+def _size_levels(p: dict[str, Any], n_size, h_N: float, ft, left_out: str | None = None) -> None:
     """Size scatter's sites for each law (`scalinfer.models.surface.size_scatter`): the levels A of the M sizes
-    and, from its exact conditional given them, the law's intercept and N slope (into `p`)."""
+    and, from its exact conditional given them, the law's intercept and N slope (into `p`). `left_out`: the law
+    a reduced design has not (`scalinfer.models.surface.design`)."""
     Q, R, Q_perp = size_basis(n_size)
     # in the potential's float type (cast by NumPy: a JAX cast of a constant is an operation compiled on its own)
     Q, Q_perp = (np.asarray(a, ft) for a in (Q, Q_perp))
     k = Q_perp.shape[1]  # the sizes' residual directions about their least-squares line: M - 2
     for v, (alpha, beta) in SIZE_PRIOR.items():
+        if v == left_out:
+            continue
         k0, kN, s0, sN = LAW_N[v]
         # the residuals, tau integrated out: N(0, tau^2 I) under tau^2 ~ InvGamma(alpha, beta)
         r = numpyro.sample(f"{v}_size_resid", IsotropicStudentT(
@@ -141,20 +146,29 @@ def _size_levels(p: dict[str, Any], n_size, h_N: float, ft) -> None:
 
 
 def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, s_cens=None, x_cens=None,
-                  z_cens=None, log_level=None, diverged_obs=None, h_N=1.0, h_D=1.0, size_scatter=False):
-    """The NumPyro model of the surface (the module docstring's math; priors from `PRIORS`)."""
+                  z_cens=None, log_level=None, diverged_obs=None, h_N=1.0, h_D=1.0, size_scatter=False,
+                  design="full"):
+    """The NumPyro model of the surface (the module docstring's math; priors from `PRIORS`). `design`: a
+    reduced design (``fixed_batch``, ``fixed_lr``) samples no site of the valley its table does not vary
+    (`scalinfer.models.surface.design`)."""
     pr = PRIORS
     p: dict[str, Any] = {}
+    left_out, left_out_setting, left_out_law = LEFT_OUT[design]
+
+    def site(name, d):
+        if name not in left_out:
+            p[name] = numpyro.sample(name, d)
+
     # the laws of eta* and B*; with size scatter their intercepts and N slopes come from the sizes' levels
     if not size_scatter:
-        p["a0"] = numpyro.sample("a0", dist.Normal(0.0, pr.optimum_sd))
-        p["b0"] = numpyro.sample("b0", dist.Normal(0.0, pr.optimum_sd))
+        site("a0", dist.Normal(0.0, pr.optimum_sd))
+        site("b0", dist.Normal(0.0, pr.optimum_sd))
     for k, h in (("a_N", h_N), ("a_D", h_D), ("b_N", h_N), ("b_D", h_D)):
         if not (size_scatter and k in ("a_N", "b_N")):
-            p[k] = numpyro.sample(k, dist.Normal(0.0, pr.optimum_exponent_sd * h))
+            site(k, dist.Normal(0.0, pr.optimum_exponent_sd * h))
     # the LR-batch ridge
-    p["kappa1"] = numpyro.sample("kappa1", dist.Normal(*pr.kappa1))
-    p["kappa2"] = numpyro.sample("kappa2", dist.Normal(0.0, pr.kappa2_sd))
+    site("kappa1", dist.Normal(*pr.kappa1))
+    site("kappa2", dist.Normal(0.0, pr.kappa2_sd))
     # the loss law
     if not size_scatter:
         p["g0"] = numpyro.sample("g0", dist.Normal(0.0, pr.loss_sd))
@@ -162,26 +176,32 @@ def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, 
     p["g_D"] = numpyro.sample("g_D", dist.Normal(0.0, pr.loss_exponent_sd * h_D))
     # the valleys: log curvature law, asymmetry, far-field exponent
     for v in ("lr", "b"):
-        p[f"c_{v}0"] = numpyro.sample(f"c_{v}0", dist.Normal(*pr.log_curvature))
-        p[f"c_{v}_N"] = numpyro.sample(f"c_{v}_N", dist.Normal(0.0, pr.curvature_exponent_sd * h_N))
-        p[f"c_{v}_D"] = numpyro.sample(f"c_{v}_D", dist.Normal(0.0, pr.curvature_exponent_sd * h_D))
-        p[f"delta_{v}"] = numpyro.sample(f"delta_{v}", dist.Normal(0.0, pr.delta_sd))
-        p[f"p_{v}_unit"] = numpyro.sample(f"p_{v}_unit", dist.Beta(*pr.p_beta))
+        site(f"c_{v}0", dist.Normal(*pr.log_curvature))
+        site(f"c_{v}_N", dist.Normal(0.0, pr.curvature_exponent_sd * h_N))
+        site(f"c_{v}_D", dist.Normal(0.0, pr.curvature_exponent_sd * h_D))
+        site(f"delta_{v}", dist.Normal(0.0, pr.delta_sd))
+        site(f"p_{v}_unit", dist.Beta(*pr.p_beta))
     # the settings' scatter about the laws
-    p["tau_lr"] = numpyro.sample("tau_lr", dist.HalfNormal(pr.tau_optimum_sd))
-    p["tau_b"] = numpyro.sample("tau_b", dist.HalfNormal(pr.tau_optimum_sd))
+    site("tau_lr", dist.HalfNormal(pr.tau_optimum_sd))
+    site("tau_b", dist.HalfNormal(pr.tau_optimum_sd))
     tau_loss = numpyro.sample("tau_loss", dist.HalfNormal(pr.tau_loss_sd))
+    ft = jnp.result_type(tau_loss)
     if size_scatter:
-        _size_levels(p, n_size, h_N, jnp.result_type(tau_loss))
+        _size_levels(p, n_size, h_N, ft, left_out_law)
     sigma0 = numpyro.sample("sigma0", dist.HalfNormal(pr.sigma0_sd))
     sigma1 = numpyro.sample("sigma1", dist.HalfNormal(pr.sigma1_sd))
     nu = numpyro.sample("nu", dist.Gamma(*pr.nu))
+    # a reduced design's left-out sites at their values there, in the potential's float type (the sizes' as a JAX
+    # array: the data's size index is traced)
+    p = fill_left_out(p, design, 0.0, np.zeros(n_s.shape[0], ft), jnp.zeros(len(n_size), ft))
     size_s = size_s if size_scatter else None
     loss_law = laws(p, n_s, d_s)["ell"] + size_offsets(p, n_s, size_s)["ell"]
     with numpyro.plate("setting", n_s.shape[0]):
         # non-centered offsets of the optimum (a setting's runs pin tau * eps, not eps); the loss level centered
-        p["eps_lr"] = numpyro.sample("eps_lr", dist.Normal(0.0, 1.0))
-        p["eps_b"] = numpyro.sample("eps_b", dist.Normal(0.0, 1.0))
+        if "eps_lr" not in left_out_setting:
+            p["eps_lr"] = numpyro.sample("eps_lr", dist.Normal(0.0, 1.0))
+        if "eps_b" not in left_out_setting:
+            p["eps_b"] = numpyro.sample("eps_b", dist.Normal(0.0, 1.0))
         p["ell"] = numpyro.sample("ell", dist.Normal(loss_law, tau_loss))
     mu, excess = surface_terms(p, n_s, d_s, s_obs, x_obs, z_obs, size_s)
     with numpyro.plate("run", x_obs.shape[0]):
@@ -207,11 +227,16 @@ class Surface(Model):
         carries that scatter. None (default): on when the table has two or more sizes (with one, the N
         exponents are the prior's, which dwarfs a size's scatter at any other N). `prepare` resolves it once,
         into the constant ``size_scatter`` (0 or 1), which every later step (and a reloaded fit) reads.
+    design : ``"full"``, ``"fixed_batch"`` (an LR sweep at one batch) or ``"fixed_lr"`` (a batch sweep at one
+        LR); None (default): from the table (`scalinfer.models.surface.design`: one batch in the whole table is
+        ``fixed_batch``, one LR ``fixed_lr``, else ``full``). ``"full"`` forces the whole surface. `prepare`
+        resolves it once, into the constant ``design`` (`DESIGN_CODE`).
     """
 
     divergence_ratio: float = DIVERGENCE_RATIO
     n_kind: str | None = None
     size_scatter: bool | None = None
+    design: str | None = None
 
     name = "surface"
     version = "1"
@@ -220,7 +245,8 @@ class Surface(Model):
     #: every input is a centered log and every sampled parameter O(1), so float32 loses nothing NUTS can see
     potential_dtype = "float32"
     predicts = {"lr_opt": "peak learning rate", "batch_opt": "tokens", "loss_opt": "nats/token",
-                "lr_opt_at_batch": "peak learning rate", "loss": "nats/token"}
+                "lr_opt_at_batch": "peak learning rate", "loss": "nats/token",
+                "loss_opt_at_batch": "nats/token", "batch_opt_at_lr": "tokens", "loss_opt_at_lr": "nats/token"}
     targets = ("N", "D", "lr", "batch")
     observed = ("log_loss", "diverged_obs")
     dims = {**{k: ["setting"] for k in SETTING}, **{k: ["size"] for k in SIZE},
@@ -235,12 +261,22 @@ class Surface(Model):
         if self.size_scatter is not None and not isinstance(self.size_scatter, bool):
             raise ModelError(f"size_scatter must be True, False or None (on with two or more model sizes), got "
                              f"{self.size_scatter!r}")
+        if self.design is not None and self.design not in DESIGNS:
+            raise ModelError(f"design must be one of {', '.join(DESIGNS)} or None (from the table), got "
+                             f"{self.design!r}")
 
     # ---- data -------------------------------------------------------------------------------------------
     def prepare(self, runs: RunTable) -> tuple[Arrays, dict[str, float]]:
         """Run table -> (data, constants) (`scalinfer.models.surface.data.prepare_runs`)."""
         self.check(runs)
-        return prepare_runs(runs, self.divergence_ratio, self.n_kind, self.size_scatter)
+        data, constants = prepare_runs(runs, self.divergence_ratio, self.n_kind, self.size_scatter)
+        df = runs.df.reset_index(drop=True)
+        design = resolve_design(df, self.design, str(runs.source))
+        constants["design"] = DESIGN_CODE[design]
+        if design == "full":  # no setting varies the batch (LR) though the table has several: its valley is the prior's
+            for k in unvaried(df, settings_of(df)[0]):
+                constants[f"unvaried_{k}"] = 1.0
+        return data, constants
 
     def diverged_mask(self, df: pd.DataFrame, s_idx: np.ndarray) -> np.ndarray:
         """Runs treated as diverged: flagged, non-finite loss, or loss > divergence_ratio x setting best."""
@@ -262,7 +298,7 @@ class Surface(Model):
     def model_kwargs(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
         # the sizes' scaled log N as a tuple: static, so the law's QR is computed once when the program is built
         return {**data, "h_N": constants["h_N"], "h_D": constants["h_D"],
-                "size_scatter": bool(constants["size_scatter"]),
+                "size_scatter": bool(constants["size_scatter"]), "design": design_of(constants),
                 "n_size": tuple(float(v) for v in data["n_size"])}
 
     def init_values(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
@@ -297,23 +333,32 @@ class Surface(Model):
                     "c_lr0": -4.0, "c_lr_N": 0.0, "c_lr_D": 0.0, "delta_lr": 0.5, "p_lr_unit": 0.33,
                     "c_b0": -4.0, "c_b_N": 0.0, "c_b_D": 0.0, "delta_b": 0.0, "p_b_unit": 0.33,
                     "sigma0": 0.003, "sigma1": 0.2, "nu": 5.0})
-        return {k: np.asarray(v, dtype=float) for k, v in out.items()}
+        left_out, left_out_setting, law = LEFT_OUT[design_of(constants)]
+        drop = set(left_out) | set(left_out_setting) | ({f"{law}_{k}" for k in ("size_resid", "size_u", "size_line",
+                                                                                "law_std")} if law else set())
+        return {k: np.asarray(v, dtype=float) for k, v in out.items() if k not in drop}
 
     # ---- natural-scale parameters ----------------------------------------------------------------------------
     def derived(self, draws: Arrays, c: dict[str, float]) -> Arrays:
         """Natural exponents and prefactors of the three laws: eta* = lr_opt_coef N^lr_opt_exp_N D^lr_opt_exp_D
-        (at B*), B* (tokens) and L* (nats/token) likewise; the valley exponents and curvature ratios."""
+        (at B*), B* (tokens) and L* (nats/token) likewise; the valley exponents and curvature ratios. A reduced
+        design has the laws it fits, named for what they are: ``lr_opt_at_batch_*`` and ``loss_opt_at_batch_*``
+        at the table's batch (``fixed_batch``), ``batch_opt_at_lr_*``, ``loss_opt_at_lr_*`` (``fixed_lr``)."""
+        at = {"full": "", "fixed_batch": "_at_batch", "fixed_lr": "_at_lr"}[design_of(c)]
         out = {}
         for law, (k0, kN, kD), m in (("lr_opt", ("a0", "a_N", "a_D"), c["m_lr"]),
                                      ("batch_opt", ("b0", "b_N", "b_D"), c["m_b"]),
                                      ("loss_opt", ("g0", "g_N", "g_D"), c["m_y"])):
+            if k0 not in draws:  # a law the design leaves out
+                continue
             eN, eD = draws[kN] / c["h_N"], draws[kD] / c["h_D"]
-            out[f"{law}_exp_N"], out[f"{law}_exp_D"] = eN, eD
-            out[f"{law}_log_coef"] = m + draws[k0] - eN * c["m_N"] - eD * c["m_D"]
-        out["p_lr"] = PRIORS.p(draws["p_lr_unit"])
-        out["p_b"] = PRIORS.p(draws["p_b_unit"])
-        out["lr_curvature_ratio"] = np.exp(2 * draws["delta_lr"])
-        out["batch_curvature_ratio"] = np.exp(2 * draws["delta_b"])
+            name = law + at
+            out[f"{name}_exp_N"], out[f"{name}_exp_D"] = eN, eD
+            out[f"{name}_log_coef"] = m + draws[k0] - eN * c["m_N"] - eD * c["m_D"]
+        for v, name in (("lr", "lr"), ("b", "batch")):
+            if f"p_{v}_unit" in draws:
+                out[f"p_{v}"] = PRIORS.p(draws[f"p_{v}_unit"])
+                out[f"{name}_curvature_ratio"] = np.exp(2 * draws[f"delta_{v}"])
         return out
 
     def fit_warnings(self, fit: Fit) -> list[str]:
@@ -334,6 +379,11 @@ class Surface(Model):
         if c.get("min_D") == c.get("max_D"):
             out.append("every run has the same D: the D exponents are the prior's, predictions at another D are "
                        "not informed by the data")
+        for k, col in (("batch", "batch_tokens"), ("lr", "lr")):
+            if c.get(f"unvaried_{k}"):
+                out.append(f"no setting varies its {k} (each (N, D) has one), though the table has several: the "
+                           f"{k} valley is confounded with each setting's loss level and is the prior's; cut the "
+                           f"table to one {k} (--where \"{col} == ...\") for the design that fits without it")
         return out
 
     # ---- predictions -----------------------------------------------------------------------------------------
@@ -376,7 +426,10 @@ class Surface(Model):
 
     def predict_warnings(self, constants: dict[str, float], N=None, **targets: Any) -> list[str]:
         """Without size scatter, a target N that is not a fitted size's: its intervals leave out how far a new
-        size sits off the law in N."""
+        size sits off the law in N. A reduced design says what it does not answer."""
+        if design_of(constants) != "full":
+            return [_predict.reduced_note(constants)] + self.predict_warnings({**constants, "design": 0.0}, N,
+                                                                              **targets)
         if constants.get("size_scatter") or N is None or constants.get("min_N") == constants.get("max_N"):
             return []  # (one fitted N: `fit_warnings` already says that N is the prior's)
         N = np.asarray(N, float)

@@ -11,6 +11,11 @@ the answer is the laws' value at the target.
 Quantities: ``lr_opt`` (eta* at B*), ``batch_opt`` (B*, the loss-optimal batch at fixed (N, D), tokens),
 ``loss_opt`` (nats/token at the joint optimum); with ``batch``, ``lr_opt_at_batch`` (the LR-batch ridge,
 `scalinfer.laws.lr.log_lr_opt_at_batch`); with ``lr``, ``loss`` (at ``batch``, else at each draw's B*).
+
+A fit of a reduced design (`scalinfer.models.surface.design`) answers at its table's one batch B_0 (``fixed_batch``:
+``lr_opt_at_batch``, ``loss_opt_at_batch``, with ``lr`` ``loss``) or one LR eta_0 (``fixed_lr``:
+``batch_opt_at_lr``, ``loss_opt_at_lr``, with ``batch`` ``loss``); a target at another batch (LR) is a
+`ModelError`, and the joint optimum (``lr_opt``, ``batch_opt``, ``loss_opt``) is left out (`reduced_note`).
 """
 
 from __future__ import annotations
@@ -24,11 +29,34 @@ import numpy as np
 from scalinfer.errors import ModelError
 from scalinfer.laws.lr import log_lr_opt_at_batch
 from scalinfer.models.base import Arrays
+from scalinfer.models.surface.design import LEFT_OUT, design_of, fill_left_out
 from scalinfer.models.surface.loss import laws, surface_at
 from scalinfer.models.surface.priors import LAW_N, NEW_SETTING, SCALARS, SIZE
 from scalinfer.models.surface.size_scatter import size_offsets
 
-__all__ = ["predict", "fitted_log_N", "fitted_size"]
+__all__ = ["predict", "fitted_log_N", "fitted_size", "reduced_note"]
+
+#: a reduced design's renamed answers: the full model's name -> the reduced one's (absent: left out)
+_REDUCED = {"fixed_batch": {"lr_opt_at_batch": "lr_opt_at_batch", "loss_opt": "loss_opt_at_batch", "loss": "loss"},
+            "fixed_lr": {"batch_opt": "batch_opt_at_lr", "loss_opt": "loss_opt_at_lr", "loss": "loss"}}
+
+
+def reduced_note(constants: dict[str, float]) -> str:
+    """What a reduced design's fit answers, and what not (a prediction's warning)."""
+    if design_of(constants) == "fixed_batch":
+        return (f"every run of this fit has one batch, {np.exp(constants['m_b']):.6g} tokens (fixed-batch design): "
+                "it answers lr_opt_at_batch and loss_opt_at_batch at that batch only; lr_opt, batch_opt and "
+                "loss_opt (the joint optimum over batches) are not answered, as nothing in the table moves the batch")
+    return (f"every run of this fit has one peak LR, {np.exp(constants['m_lr']):.6g} (fixed-LR design): it answers "
+            "batch_opt_at_lr and loss_opt_at_lr at that LR only; lr_opt, batch_opt and loss_opt (the joint optimum "
+            "over LRs) are not answered, as nothing in the table moves the LR")
+
+
+def _at_fixed(name: str, value, fixed: float, unit: str) -> None:
+    """A `ModelError` unless every target `value` is the table's one `fixed` value (within 0.5%)."""
+    if value is not None and np.any(np.abs(np.log(np.asarray(value, float) / fixed)) > np.log(1.005)):
+        raise ModelError(f"{name}: this fit's runs all have {name} = {fixed:.6g}{unit}, so it answers at that "
+                         f"{name} only (got {np.ravel(value)[0]:.6g}); refit a table that varies the {name}")
 
 
 def predict(draws: Arrays, constants: dict[str, float], N=None, D=None, lr=None, batch=None, seed: int = 0) -> Arrays:
@@ -40,7 +68,20 @@ def predict(draws: Arrays, constants: dict[str, float], N=None, D=None, lr=None,
         if not np.all(np.isfinite(v) & (v > 0)):
             raise ModelError("targets N, D, lr and batch must be positive finite numbers")
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
-    n_draws = len(draws["a0"])
+    design = design_of(constants)
+    n_draws = len(draws["tau_loss"])
+    if design != "full":  # the left-out sites at the reduced model's values; the targets at the one batch (LR)
+        zero = np.zeros(n_draws)
+        M = int(constants.get("n_sizes", 1))
+        law = LEFT_OUT[design][2]
+        draws = {**fill_left_out(dict(draws), design, zero, None, np.zeros((n_draws, M))), f"tau_{law}_size": zero}
+        B0, eta0 = float(np.exp(constants["m_b"])), float(np.exp(constants["m_lr"]))
+        if design == "fixed_batch":
+            _at_fixed("batch", batch, B0, " tokens")
+            batch = B0
+        else:
+            _at_fixed("lr", lr, eta0, "")
+            lr = None if batch is None else eta0
     eps = np.random.default_rng(seed).standard_normal((2, len(NEW_SETTING), n_draws))
     if n_draws == 1:  # a point estimate (method=map): the laws' value there, not one random new setting's
         eps[:] = 0.0
@@ -54,6 +95,8 @@ def predict(draws: Arrays, constants: dict[str, float], N=None, D=None, lr=None,
     if constants.get("size_scatter"):
         size = _size_terms(draws, constants, np.broadcast_to(np.asarray(N, float), shape), eps[1], ft)
     out = _predict_core(p, eps[0], c, log(N), log(D), log(lr), log(batch), size)
+    if design != "full":
+        out = {new: out[old] for old, new in _REDUCED[design].items() if old in out}
     return {k: np.asarray(v) for k, v in out.items()}
 
 
