@@ -131,8 +131,8 @@ def test_beyond_10x_the_data(target):
     c = _constants()
     t = {"N": 1e9, "D": 2e10}
     at_limit = answer_warnings(c, _draws(), {**t, target: EXTRAPOLATION_MAX * c[f"max_{target}"]})
-    assert not _only(at_limit, "the largest fitted")  # 10x is the limit, not beyond it
-    w = _only(answer_warnings(c, _draws(), {**t, target: 11 * c[f"max_{target}"]}), "the largest fitted")
+    assert not _only(at_limit, "in the data")  # 10x is the limit, not beyond it
+    w = _only(answer_warnings(c, _draws(), {**t, target: 11 * c[f"max_{target}"]}), "in the data")
     assert len(w) == 1 and w[0].startswith(f"{target} = ") and "11x" in w[0]
 
 
@@ -190,7 +190,7 @@ def test_a_fit_without_the_ranges_skips_the_range_check():
 def test_a_grid_gets_one_warning_per_kind_with_a_count():
     N = np.array([1e9, 2e10, 3e10])
     draws = {k: np.broadcast_to(v[:, None], (v.size, 3)) for k, v in _draws().items()}
-    w = _only(answer_warnings(_constants(), draws, {"N": N, "D": 2e10}), "the largest fitted model size")
+    w = _only(answer_warnings(_constants(), draws, {"N": N, "D": 2e10}), "the largest N in the data")
     assert len(w) == 1 and w[0].startswith("N = 2e+10") and "(and 1 other target of the grid)" in w[0]
 
 
@@ -223,9 +223,9 @@ def surface_map(tmp_path_factory):
 def test_predict_carries_the_answer_warnings(surface_map):
     f, _ = surface_map
     inside = f.predict(N=3.4e8, D=1.7e10, sensitivity=False)
-    assert not [w for w in inside.warnings if "tried" in w or "largest fitted" in w]
+    assert not [w for w in inside.warnings if "tried" in w or "in the data" in w]
     far = f.predict(N=20 * 5.4e8, D=1.7e10, sensitivity=False)
-    assert _only(list(far.warnings), "the largest fitted model size")
+    assert _only(list(far.warnings), "the largest N in the data")
     assert far.to_dict()["warnings"] == list(far.warnings)  # in the JSON answer too
     with pytest.raises(ModelError, match="target D must be a positive finite number, got nan"):
         f.predict(N=1e9, D=float("nan"))
@@ -236,7 +236,7 @@ def test_predict_strict_exits_3_on_a_warned_answer(surface_map):
     r = run_cli("predict", path, "--N", 1e10, "--D", 1.7e10, "--json", "--strict")
     assert r.code == 3, r.err
     out = json.loads(r.out)  # the answer is printed before the exit code says it is doubtful
-    assert _only(out["warnings"], "the largest fitted model size") and "lr_opt" in out
+    assert _only(out["warnings"], "the largest N in the data") and "lr_opt" in out
     assert run_cli("predict", path, "--N", 1e10, "--D", 1.7e10, "--json").code == 0  # warnings alone: 0
 
 
@@ -273,5 +273,5 @@ def test_predict_strict_exits_0_on_a_clean_answer(healthy, tmp_path):
     r = run_cli("predict", path, "--N", 1e9, "--D", 2e10, "--strict")
     assert r.code == 0 and "warning" not in r.out, r.out + r.err
     r = run_cli("predict", path, "--N", 1e12, "--D", 2e10, "--strict")  # 200x the largest size: warned
-    assert r.code == 3 and "warning: N = 1e+12 is 200x the largest fitted model size" in r.out, r.out
+    assert r.code == 3 and "warning: N = 1e+12 is 200x the largest N in the data" in r.out, r.out
     assert run_cli("summary", path, "--strict").code == 0

@@ -105,8 +105,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                         "warnings": list(pred.warnings)})
         else:
             print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
-            for w in pred.warnings:
-                print(f"warning: {w}")
+            for w in pred.warnings:  # beside the table, which stays a table for the tools it is piped to
+                print(f"warning: {w}", file=sys.stderr)
         return exit_code(args, pred.warnings)
     if args.json:
         print_json(pred.to_dict())

@@ -87,7 +87,7 @@ def _more(others: int) -> str:
 
 def _extrapolation(c: dict[str, float], at: dict[str, np.ndarray | None]) -> list[str]:
     out = []
-    for t, what in (("N", "model size"), ("D", "token count")):
+    for t in ("N", "D"):
         v = at[t]
         if v is None or f"max_{t}" not in c:
             continue
@@ -95,7 +95,7 @@ def _extrapolation(c: dict[str, float], at: dict[str, np.ndarray | None]) -> lis
         far = ratio > EXTRAPOLATION_MAX
         if far.any():
             i, more = _first(far)
-            out.append(f"{t} = {v.ravel()[i]:.3g} is {ratio[i]:.3g}x the largest fitted {what} ({c[f'max_{t}']:.3g})"
+            out.append(f"{t} = {v.ravel()[i]:.3g} is {ratio[i]:.3g}x the largest {t} in the data ({c[f'max_{t}']:.3g})"
                        f"{more}: beyond ~{EXTRAPOLATION_MAX:g}x the answer rests on the law's form more than on the "
                        f"data; add runs nearer the target before relying on it")
     v = at["N"]
