@@ -268,6 +268,9 @@ def recommend(fit, N: float, D: float, *, batch: float | None = None, max_batch:
     if fit.model.name != "surface":
         raise ModelError(f"recommend: needs a fit of the surface model (LR and batch); this is a fit of "
                          f"{fit.model.name!r}")
+    if fit.constants.get("design", 0.0):  # scalinfer.models.surface.design: one batch or one LR in the table
+        raise ModelError("recommend: needs a fit of the full surface (a table that varies both LR and batch); this "
+                         "fit's table has one batch or one LR: use predict (lr_opt_at_batch or batch_opt_at_lr)")
     N, D = _positive("N", N), _positive("D", D)
     if batch is not None and max_batch is not None:
         raise ModelError("recommend: give a fixed batch or a maximum batch, not both")

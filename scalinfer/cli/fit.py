@@ -44,6 +44,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     print(runs.report(), file=sys.stderr)
 
     options = {} if args.size_scatter is None else {"size_scatter": args.size_scatter}
+    if args.design is not None:
+        options["design"] = args.design
     f = fit(runs, model=args.model, method=args.method, chains=args.chains, warmup=args.warmup,
             samples=args.samples, seed=args.seed, quiet=quiet(), **options)
     path = f.save(args.output)
@@ -125,6 +127,9 @@ def register(subparsers) -> None:
                    help=f"table format, one of {', '.join(FORMAT_NAMES)} (default: detect from the columns)")
     s.add_argument("--where", default=None, help="pandas query selecting the runs to fit, e.g. 'N <= 6e8'")
     s.add_argument("--n-kind", default="total", choices=("total", "active"), help="MoE: N is total or active")
+    s.add_argument("--design", default=None, choices=("full", "fixed_batch", "fixed_lr"),
+                   help="surface: the sweep's design (default: from the table: one batch is fixed_batch, one LR "
+                        "fixed_lr); full forces the whole surface")
     s.add_argument("--size-scatter", action=argparse.BooleanOptionalAction, default=None,
                    help="surface: each model size (distinct N) scatters around the laws, so predictions at a new "
                         "N carry that scatter (default: on with two or more sizes; --no-size-scatter fits the "
