@@ -275,3 +275,13 @@ def test_predict_strict_exits_0_on_a_clean_answer(healthy, tmp_path):
     r = run_cli("predict", path, "--N", 1e12, "--D", 2e10, "--strict")  # 200x the largest size: warned
     assert r.code == 3 and "warning: N = 1e+12 is 200x the largest N in the data" in r.out, r.out
     assert run_cli("summary", path, "--strict").code == 0
+
+
+def test_quantities_of_different_shapes():
+    # a multi-batch answer: lr_opt and batch_opt at the target, lr_opt_at_batch per batch (the second above 1)
+    d = _draws(batch=2.0 ** 30)
+    d["lr_opt_at_batch"] = np.stack([d["lr_opt"], 1e3 * d["lr_opt"]], axis=1)
+    w = answer_warnings(_constants(), d, {"N": 1e9, "D": 1e8, "batch": [2.0 ** 19, 2.0 ** 20]})
+    assert _only(w, "a peak LR above 1") == _only(w, "lr_opt_at_batch = 3: ")  # the second batch's, only it
+    assert len(_only(w, "a peak LR above 1")) == 1
+    assert _only(w, "exceeds the whole run (D = 1e+08 tokens) (and 1 other target of the grid)")

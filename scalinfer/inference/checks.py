@@ -59,7 +59,7 @@ def answer_warnings(constants: dict[str, float], draws: dict[str, np.ndarray], t
     shape = np.broadcast_shapes(*[np.shape(v)[1:] for v in draws.values()]) if draws else ()
     at = {t: _target(t, targets, draws, shape) for t in ("N", "D")}
     out = _extrapolation(constants, at)
-    med = {q: interval(draws[q], ci) for q in draws}
+    med = {q: tuple(np.broadcast_to(a, shape) for a in interval(draws[q], ci)) for q in draws}  # (median, lo, hi)
     out += _absurd(constants, med, at)
     if at["N"] is not None:
         out += _edges(constants, med, at["N"], ci)
@@ -148,7 +148,7 @@ def _edges(c: dict[str, float], med: dict[str, tuple], N: np.ndarray, ci: float)
     for q, (swept, name, unit) in _OPTIMA.items():
         if q not in med:
             continue
-        m, lo, hi = (np.broadcast_to(np.asarray(a), N.shape).ravel() for a in med[q])
+        m, lo, hi = (a.ravel() for a in med[q])
         kinds: dict[str, list[int]] = {"outside": [], "edge": [], "interval": []}
         for i, t in enumerate(tried):
             if swept not in t:
