@@ -231,6 +231,9 @@ class TrainConfig:
         devices).
     multihost : call ``jax.distributed.initialize()`` before touching devices.
     progress : tqdm bar on stderr (None = only when stderr is a terminal).
+    diagnostics_every : steps between stability diagnostics (`scalinfer.train.diagnostics`: update
+        sizes, parameter and activation RMS, max attention logit, router entropy and load, written
+        to ``diagnostics.jsonl``); 0 = off.
     """
 
     name: str = "run"
@@ -251,6 +254,7 @@ class TrainConfig:
     mesh_expert: int = 1
     multihost: bool = False
     progress: bool | None = None
+    diagnostics_every: int = 0
     model: ModelConfig = ModelConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
     data: DataConfig = DataConfig()
@@ -515,7 +519,7 @@ def check(cfg: TrainConfig) -> None:
     _positive("log_every", cfg.log_every)
     _positive("keep_checkpoints", cfg.keep_checkpoints)
     _positive("stop_after_steps", cfg.stop_after_steps, allow_none=True)
-    for k in ("eval_every", "checkpoint_every"):
+    for k in ("eval_every", "checkpoint_every", "diagnostics_every"):
         if getattr(cfg, k) < 0:
             raise TrainError(f"{k}={getattr(cfg, k)} must be >= 0")
     if cfg.micro_tokens % m.seq_len:

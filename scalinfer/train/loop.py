@@ -9,6 +9,8 @@ Files in ``out_dir``::
 
     config.json          the resolved configuration (a resume must match it)
     metrics.jsonl        one line per logged step, plus eval lines; branches: metrics-<branch>.jsonl
+    diagnostics.jsonl    with diagnostics_every > 0, `scalinfer.train.diagnostics` every that many steps
+                         (read_diagnostics); branches: diagnostics-<branch>.jsonl
     checkpoints/<step>/  periodic checkpoints (resume from the latest)
     stable/<step>/       stable-phase checkpoints the decay branches fork from
     runs.jsonl           the run table (or ``runs_table``), appended atomically
@@ -43,6 +45,7 @@ from scalinfer import runtime
 from scalinfer.errors import TrainError
 from scalinfer.laws import b_simple_from_grad_norms
 from scalinfer.train import data as data_lib
+from scalinfer.train import diagnostics as diag_lib
 from scalinfer.train import model as model_lib
 from scalinfer.train import parallel
 from scalinfer.train.checkpoint import Checkpointer
@@ -55,7 +58,7 @@ __all__ = ["TrainState", "make_train_step", "make_eval_fn", "train", "run_id_of"
 
 # Fields that do not change a run's results: a resume may change them.
 _NON_RESULT_FIELDS = ("stop_after_steps", "progress", "log_every", "eval_every", "checkpoint_every",
-                      "keep_checkpoints", "runs_table", "multihost")
+                      "keep_checkpoints", "runs_table", "multihost", "diagnostics_every")
 _EMA = 0.95  # B_simple: ratio of moving averages of |G|^2 and tr(Sigma), as the law's docstring asks
 _NOISE_METRICS = ("grad_sq_small", "grad_sq_big", "grad_sq_true", "trace_cov", "b_simple")
 
@@ -74,7 +77,8 @@ class TrainState(NamedTuple):
 # ------------------------------------------------------------------------------------------
 
 
-def make_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, micro_tokens: int):
+def make_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, micro_tokens: int,
+                    diagnostics: bool = False):
     """``step(state, batch_AxBxL1, n_micro, lr) -> (state, metrics)``: accumulate the gradient
     over the first ``n_micro`` of the A micro-batches (the rest is padding), apply AdamW at
     learning rate ``lr``.
@@ -86,6 +90,10 @@ def make_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, m
     ``n_micro * micro_tokens``): metrics ``grad_sq_small``, ``grad_sq_big``, ``grad_sq_true``
     (|G|^2), ``trace_cov`` (tr Sigma, per token) and ``b_simple`` (tokens); NaN when
     ``n_micro`` is 1.
+
+    With ``diagnostics`` (static) the step is the same update and its metrics also hold
+    ``diagnostics``, the dict of `scalinfer.train.diagnostics.summarize` (update sizes, parameter
+    and activation RMS, max attention logit, router entropy and load).
     """
     grad_fn = jax.value_and_grad(model_lib.loss_fn, has_aux=True)
 
@@ -100,18 +108,19 @@ def make_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, m
         def micro(i):
             batch_BxL1 = jax.lax.dynamic_index_in_dim(batch_AxBxL1, i, keepdims=False)
             k = None if keys_A is None else keys_A[i]
-            (_, metrics), grads = grad_fn(state.params, batch_BxL1, cfg, k)
-            return grads, metrics
+            (_, metrics), grads = grad_fn(state.params, batch_BxL1, cfg, k, True, diagnostics)
+            acts = diag_lib.activation_stats(metrics.pop("aux")) if diagnostics else {}
+            return grads, metrics, acts
 
         def body(i, carry):
-            grad_sum, sq_sum, metric_sum = carry
-            grads, metrics = micro(i)
+            grad_sum, sq_sum, metric_sum, act_sum = carry
+            grads, metrics, acts = micro(i)
             return (jax.tree.map(jnp.add, grad_sum, grads), sq_sum + optax.tree.norm(grads) ** 2,
-                    jax.tree.map(jnp.add, metric_sum, metrics))
+                    jax.tree.map(jnp.add, metric_sum, metrics), diag_lib.accumulate(act_sum, acts, i))
 
         zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(micro, 0))
-        grad_sum, sq_sum, metric_sum = jax.lax.fori_loop(
-            0, n_micro, body, (zeros[0], jnp.zeros((), jnp.float32), zeros[1]))
+        grad_sum, sq_sum, metric_sum, act_sum = jax.lax.fori_loop(
+            0, n_micro, body, (zeros[0], jnp.zeros((), jnp.float32), zeros[1], zeros[2]))
         n = n_micro.astype(jnp.float32)
         grads = jax.tree.map(lambda g: g / n.astype(g.dtype), grad_sum)
         metrics = jax.tree.map(lambda m: m / n, metric_sum)
@@ -127,6 +136,8 @@ def make_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, m
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         updates = jax.tree.map(lambda u: (lr * u).astype(u.dtype), updates)
         params = optax.apply_updates(state.params, updates)
+        if diagnostics:
+            metrics["diagnostics"] = diag_lib.summarize(diag_lib.average(act_sum, n), state.params, updates, params)
         return TrainState(params, opt_state, state.step + 1, rng), metrics
 
     return step
@@ -223,6 +234,11 @@ class _Runner:
         self.step_fn = jax.jit(make_train_step(m, self.optimizer, cfg.micro_tokens),
                                in_shardings=(state_sharding, parallel.batch_sharding(self.mesh), rep, rep),
                                out_shardings=(state_sharding, rep), donate_argnums=(0,))
+        # The same update plus `scalinfer.train.diagnostics` on every diagnostics_every-th step (compiled
+        # on its first use only).
+        self.diag_step_fn = jax.jit(make_train_step(m, self.optimizer, cfg.micro_tokens, diagnostics=True),
+                                    in_shardings=(state_sharding, parallel.batch_sharding(self.mesh), rep, rep),
+                                    out_shardings=(state_sharding, rep), donate_argnums=(0,))
         # Every step's batch is padded to the largest batch of the run: one compiled step.
         self.max_micro = max(plan.batch_at(t) for t in (0, *plan.step_tokens)) // cfg.micro_tokens
         self.batch_sharding = parallel.batch_sharding(self.mesh)
@@ -254,10 +270,12 @@ class _Runner:
         return float(self.eval_fn(params, self.eval_batch))
 
     def run_steps(self, state: TrainState, meta: dict, end_tokens: int, lr_of, log: MetricsLog,
-                  on_step=None, stop_after: int | None = None, bar=None) -> tuple[TrainState, dict, str]:
+                  on_step=None, stop_after: int | None = None, bar=None,
+                  diag_log: MetricsLog | None = None) -> tuple[TrainState, dict, str]:
         """Train until ``end_tokens`` tokens are seen. Returns (state, meta, status) with status
         ``done``, ``diverged`` or ``stopped``. ``meta`` carries the data position, tokens seen,
-        wall time and the B_simple moving averages."""
+        wall time and the B_simple moving averages. Steps whose number is a multiple of
+        ``diagnostics_every`` run the diagnostics step and write a line to ``diag_log``."""
         cfg = self.cfg
         seq_len = cfg.model.seq_len
         while meta["tokens"] < end_tokens:
@@ -267,12 +285,18 @@ class _Runner:
             batch_tokens = self.plan.batch_at(meta["tokens"])
             lr = float(lr_of(meta["tokens"]))
             batch, n_micro = self.batch(meta["position"], batch_tokens)
-            state, metrics = self.step_fn(state, batch, np.int32(n_micro), np.float32(lr))
-            metrics = {k: float(v) for k, v in jax.device_get(metrics).items()
-                       if not (k in _NOISE_METRICS and n_micro < 2)}
+            due = cfg.diagnostics_every > 0 and (meta["step"] + 1) % cfg.diagnostics_every == 0
+            state, metrics = (self.diag_step_fn if due else self.step_fn)(state, batch, np.int32(n_micro),
+                                                                          np.float32(lr))
+            metrics = jax.device_get(metrics)
+            diag = metrics.pop("diagnostics", None)
+            metrics = {k: float(v) for k, v in metrics.items() if not (k in _NOISE_METRICS and n_micro < 2)}
             meta["step"] += 1
             meta["tokens"] += batch_tokens
             meta["position"] += batch_tokens // seq_len
+            if diag is not None and diag_log is not None:
+                diag_log.write({"step": meta["step"], "tokens": meta["tokens"], "lr": lr,
+                                **diag_lib.to_record(diag)})
             if "b_simple" in metrics:
                 for k in ("grad_sq_true", "trace_cov"):
                     meta[f"ema_{k}"] = _EMA * meta.get(f"ema_{k}", 0.0) + (1 - _EMA) * metrics[k]
@@ -391,6 +415,8 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
                 state, meta = restored
             log = MetricsLog(out / "metrics.jsonl", resume_step=meta["step"] if restored is not None else None,
                              enabled=primary)
+            diag_log = MetricsLog(out / "diagnostics.jsonl", resume_step=meta["step"] if restored is not None
+                                  else None, enabled=primary and cfg.diagnostics_every > 0)
             fork_steps = {b.fork_step: b for b in plan.branches}
 
             def on_step(st, mt):
@@ -403,7 +429,9 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
 
             with _progress(cfg, plan.steps, meta["step"], cfg.name) as bar:
                 state, meta, status = runner.run_steps(
-                    state, meta, plan.total_tokens, plan.lr_main(), log, on_step, cfg.stop_after_steps, bar)
+                    state, meta, plan.total_tokens, plan.lr_main(), log, on_step, cfg.stop_after_steps, bar,
+                    diag_log)
+            diag_log.close()
             if status == "stopped":
                 ckpt.save(meta["step"], state, dict(meta))
                 log.close()
@@ -440,9 +468,12 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
                        f"branches, remove {out} (and run {run_id!r}'s records from {table} if it lives elsewhere) "
                        f"and rerun")
             blog = MetricsLog(out / f"metrics-{b.name}.jsonl", resume_step=None, enabled=primary)
+            bdiag = MetricsLog(out / f"diagnostics-{b.name}.jsonl", resume_step=None,
+                               enabled=primary and cfg.diagnostics_every > 0)
             with _progress(cfg, None, 0, b.name) as bar:
                 bstate, bmeta, bstatus = runner.run_steps(bstate, bmeta, b.end_tokens, plan.lr_branch(b), blog,
-                                                          bar=bar)
+                                                          bar=bar, diag_log=bdiag)
+            bdiag.close()
             loss = runner.evaluate(bstate.params) if bstatus == "done" else math.nan
             blog.write({"step": bmeta["step"], "tokens": bmeta["tokens"], "eval_loss": loss})
             blog.close()

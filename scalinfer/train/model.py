@@ -46,12 +46,16 @@ class Aux(NamedTuple):
     moe : `scalinfer.train.moe.MoeStats` per layer.
     rms_L : RMS of the residual stream after each block.
     attn_rms_L, mlp_rms_L : RMS of each block's attention and MLP branch outputs.
+    attn_logit_max_L : the largest pre-softmax attention logit (q.k times the attention scale)
+        over batch, heads and causal positions; only with ``forward(..., diagnostics=True)``,
+        else None.
     """
 
     moe: moe.MoeStats
     rms_L: jax.Array
     attn_rms_L: jax.Array
     mlp_rms_L: jax.Array
+    attn_logit_max_L: jax.Array | None = None
 
 
 def init_params(cfg: ModelConfig, seed: int) -> Params:
@@ -133,7 +137,7 @@ def _rope(x_BxLxHxK, cos_LxK2, sin_LxK2):
     return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
 
-def _attention(h_BxLxD, p, cfg: ModelConfig, cos, sin, scale):
+def _attention(h_BxLxD, p, cfg: ModelConfig, cos, sin, scale, diagnostics: bool = False):
     qkv_BxLx3xHxK = jnp.einsum("bld,dthk->blthk", h_BxLxD, p["wqkv"])
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = (qkv_BxLx3xHxK[:, :, i] for i in range(3))
     if cfg.qk_norm:
@@ -145,9 +149,10 @@ def _attention(h_BxLxD, p, cfg: ModelConfig, cos, sin, scale):
     att_BxHxLxL = jnp.einsum("blhk,bmhk->bhlm", q_BxLxHxK, k_BxLxHxK).astype(jnp.float32) * scale
     causal_LxL = jnp.tril(jnp.ones((L, L), bool))
     att_BxHxLxL = jnp.where(causal_LxL, att_BxHxLxL, -1e30)
+    logit_max = jnp.max(att_BxHxLxL) if diagnostics else None  # never a masked -1e30: the diagonal is causal
     probs_BxHxLxL = jax.nn.softmax(att_BxHxLxL, axis=-1).astype(v_BxLxHxK.dtype)
     o_BxLxHxK = jnp.einsum("bhlm,bmhk->blhk", probs_BxHxLxL, v_BxLxHxK)
-    return jnp.einsum("blhk,hkd->bld", o_BxLxHxK, p["wo"])
+    return jnp.einsum("blhk,hkd->bld", o_BxLxHxK, p["wo"]), logit_max
 
 
 def _rms(x):
@@ -155,10 +160,12 @@ def _rms(x):
 
 
 def forward(params: Params, tokens_BxL: jax.Array, cfg: ModelConfig, key: jax.Array | None = None,
-            train: bool = False, mult: Multipliers | None = None) -> tuple[jax.Array, Aux]:
+            train: bool = False, mult: Multipliers | None = None,
+            diagnostics: bool = False) -> tuple[jax.Array, Aux]:
     """Logits [B, L, V] (float32) of next-token prediction, and per-layer `Aux`.
 
-    ``mult`` overrides ``multipliers(cfg)`` (its fields may be traced arrays: the coordinate
+    ``diagnostics`` (static) adds the max attention logit and the router entropy to `Aux` (for
+    `scalinfer.train.diagnostics`); off, the program is the plain forward. ``mult`` overrides ``multipliers(cfg)`` (its fields may be traced arrays: the coordinate
     check compiles one function for muP and standard parametrization)."""
     mult = multipliers(cfg) if mult is None else mult
     dt = jnp.dtype(cfg.dtype)
@@ -175,25 +182,27 @@ def forward(params: Params, tokens_BxL: jax.Array, cfg: ModelConfig, key: jax.Ar
         p = cast(p)
         if router is not None:
             p["router"] = router  # stays float32
-        a_BxLxD = _attention(rms_norm(x_BxLxD, p["attn_norm"]), p, cfg, cos, sin, mult.attn_scale)
+        a_BxLxD, logit_max = _attention(rms_norm(x_BxLxD, p["attn_norm"]), p, cfg, cos, sin, mult.attn_scale,
+                                        diagnostics)
         x_BxLxD = x_BxLxD + mult.residual * a_BxLxD
         m_BxLxD, stats = moe.moe_mlp(rms_norm(x_BxLxD, p["mlp_norm"]), p, cfg, mult.router_out,
-                                     k if key is not None else None, train)
+                                     k if key is not None else None, train, diagnostics)
         x_BxLxD = x_BxLxD + mult.residual * m_BxLxD
-        return x_BxLxD, (stats, _rms(x_BxLxD), _rms(a_BxLxD), _rms(m_BxLxD))
+        return x_BxLxD, (stats, _rms(x_BxLxD), _rms(a_BxLxD), _rms(m_BxLxD), logit_max)
 
     if cfg.n_layers <= MAX_UNROLLED_LAYERS:
         outs = []
         for i in range(cfg.n_layers):
             x_BxLxD, out = block(x_BxLxD, (jax.tree.map(lambda a: a[i], params["blocks"]), keys[i]))
             outs.append(out)
-        stats, rms_L, attn_rms_L, mlp_rms_L = jax.tree.map(lambda *a: jnp.stack(a), *outs)
+        stats, rms_L, attn_rms_L, mlp_rms_L, logit_max_L = jax.tree.map(lambda *a: jnp.stack(a), *outs)
     else:
-        x_BxLxD, (stats, rms_L, attn_rms_L, mlp_rms_L) = jax.lax.scan(block, x_BxLxD, (params["blocks"], keys))
+        x_BxLxD, (stats, rms_L, attn_rms_L, mlp_rms_L, logit_max_L) = jax.lax.scan(
+            block, x_BxLxD, (params["blocks"], keys))
     x_BxLxD = rms_norm(x_BxLxD, params["final_norm"].astype(dt))
     logits_BxLxV = jnp.einsum("bld,dv->blv", x_BxLxD, params["lm_head"].astype(dt))
     logits_BxLxV = logits_BxLxV.astype(jnp.float32) * mult.head_out
-    return logits_BxLxV, Aux(stats, rms_L, attn_rms_L, mlp_rms_L)
+    return logits_BxLxV, Aux(stats, rms_L, attn_rms_L, mlp_rms_L, logit_max_L)
 
 
 def cross_entropy(logits_BxLxV, targets_BxL):
@@ -204,15 +213,16 @@ def cross_entropy(logits_BxLxV, targets_BxL):
 
 
 def loss_fn(params: Params, batch_BxL1: jax.Array, cfg: ModelConfig, key: jax.Array | None = None,
-            train: bool = True):
+            train: bool = True, diagnostics: bool = False):
     """Training objective on a batch of ``seq_len + 1`` token windows.
 
     Returns ``(objective, metrics)``: objective = cross-entropy + router_aux_weight * balance loss +
     router_z_weight * z-loss (router terms averaged over layers); metrics hold ``loss`` (the
-    cross-entropy, nats/token) and the router statistics.
+    cross-entropy, nats/token) and the router statistics; with ``diagnostics`` (static) also
+    ``aux``, the forward's `Aux` with its diagnostics.
     """
     inputs_BxL, targets_BxL = batch_BxL1[:, :-1], batch_BxL1[:, 1:]
-    logits_BxLxV, aux = forward(params, inputs_BxL, cfg, key, train)
+    logits_BxLxV, aux = forward(params, inputs_BxL, cfg, key, train, diagnostics=diagnostics)
     ce = jnp.mean(cross_entropy(logits_BxLxV, targets_BxL))
     balance = jnp.mean(aux.moe.balance_loss)
     z_loss = jnp.mean(aux.moe.z_loss)
@@ -224,6 +234,8 @@ def loss_fn(params: Params, batch_BxL1: jax.Array, cfg: ModelConfig, key: jax.Ar
         "dropped_fraction": jnp.mean(aux.moe.dropped_fraction),
         "expert_load_max": jnp.max(aux.moe.load_E),
     }
+    if diagnostics:
+        metrics["aux"] = aux
     return objective, metrics
 
 

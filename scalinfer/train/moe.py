@@ -44,12 +44,15 @@ class MoeStats(NamedTuple):
     z_loss : mean over tokens of logsumexp(router_logits)^2.
     dropped_fraction : share of token-expert assignments dropped for capacity.
     load_E : f_e * E per expert (1 = its fair share).
+    entropy : mean over tokens of the router's entropy -sum_e p_e log p_e (nats; log E when
+        uniform, 0 with one expert); only with ``moe_mlp(..., diagnostics=True)``, else None.
     """
 
     balance_loss: jax.Array
     z_loss: jax.Array
     dropped_fraction: jax.Array
     load_E: jax.Array
+    entropy: jax.Array | None = None
 
 
 def swiglu(x_MxD, w_gate_DxF, w_up_DxF, w_down_FxD):
@@ -170,12 +173,13 @@ def _route_dropless(expert_A, n_experts, blk, nb):
     return row_A, assign_R, jnp.minimum(block_expert_N, n_experts - 1)
 
 
-def moe_mlp(x_BxLxD, p: dict, cfg: ModelConfig, router_out: float, key=None, train: bool = False):
+def moe_mlp(x_BxLxD, p: dict, cfg: ModelConfig, router_out: float, key=None, train: bool = False,
+            diagnostics: bool = False):
     """The MoE (or, with one expert, dense) SwiGLU MLP of one layer.
 
     ``p`` holds ``w_gate``/``w_up`` [E, D, F], ``w_down`` [E, F, D], ``router`` [D, E] when
     E > 1 and ``shared_gate``/``shared_up``/``shared_down`` with a shared expert. Returns the
-    output [B, L, D] and `MoeStats`.
+    output [B, L, D] and `MoeStats` (with the router entropy when ``diagnostics``, static).
     """
     B, L, D = x_BxLxD.shape
     E = cfg.n_experts
@@ -184,15 +188,16 @@ def moe_mlp(x_BxLxD, p: dict, cfg: ModelConfig, router_out: float, key=None, tra
     zero = jnp.zeros((), jnp.float32)
     if E == 1:
         y_TxD = swiglu(x_TxD, p["w_gate"][0], p["w_up"][0], p["w_down"][0])
-        stats = MoeStats(jnp.ones((), jnp.float32), zero, zero, jnp.ones((1,), jnp.float32))
+        stats = MoeStats(jnp.ones((), jnp.float32), zero, zero, jnp.ones((1,), jnp.float32),
+                         zero if diagnostics else None)
     else:
-        y_TxD, stats = _routed(x_TxD, p, cfg, router_out, key, train)
+        y_TxD, stats = _routed(x_TxD, p, cfg, router_out, key, train, diagnostics)
     if cfg.shared_expert:
         y_TxD = y_TxD + swiglu(x_TxD, p["shared_gate"], p["shared_up"], p["shared_down"])
     return y_TxD.reshape(B, L, D).astype(dt), stats
 
 
-def _routed(x_TxD, p, cfg: ModelConfig, router_out, key, train):
+def _routed(x_TxD, p, cfg: ModelConfig, router_out, key, train, diagnostics=False):
     T, D = x_TxD.shape
     E, K = cfg.n_experts, cfg.top_k
     S = group_tokens(cfg)
@@ -211,6 +216,10 @@ def _routed(x_TxD, p, cfg: ModelConfig, router_out, key, train):
     load_E = jnp.zeros((E,), jnp.float32).at[expert_TxK.reshape(-1)].add(1.0) / (T * K)
     balance = E * jnp.sum(load_E * jnp.mean(probs_TxE, axis=0))
     z_loss = jnp.mean(jax.nn.logsumexp(router_logits_TxE, axis=-1) ** 2)
+    entropy = None
+    if diagnostics:
+        logp_TxE = jax.nn.log_softmax(router_logits_TxE, axis=-1)
+        entropy = -jnp.mean(jnp.sum(probs_TxE * logp_TxE, axis=-1))
 
     # Assignments per group in token order: [G, A = S*K]; global assignment index = t * K + k.
     expert_GxA = expert_TxK.reshape(G, S * K)
@@ -248,4 +257,4 @@ def _routed(x_TxD, p, cfg: ModelConfig, router_out, key, train):
 
     # Combine: each assignment's output, weighted by its gate, summed over k.
     y_TxD = combine(out_RxD, gate_TxK.astype(out_RxD.dtype), row_TxK, assign_ExM)
-    return y_TxD, MoeStats(balance, z_loss, dropped, load_E * E)
+    return y_TxD, MoeStats(balance, z_loss, dropped, load_E * E, entropy)
