@@ -67,7 +67,9 @@ def backend_started() -> bool:
     return False
 
 
-def configure(n_devices: int | None = None, x64: bool = True, cache: bool = True, multihost: bool = False) -> None:
+def configure(n_devices: int | None = None, x64: bool = True, cache: bool = True, multihost: bool = False,
+              coordinator_address: str | None = None, num_processes: int | None = None,
+              process_id: int | None = None) -> None:
     """Set JAX's process-wide settings for scalinfer. Call it before running any JAX code; idempotent.
 
     Parameters
@@ -82,8 +84,12 @@ def configure(n_devices: int | None = None, x64: bool = True, cache: bool = True
         `MIN_COMPILE_S` seconds to compile; not where a cache folder is configured already (the user's
         ``jax_compilation_cache_dir`` or ``JAX_COMPILATION_CACHE_DIR``), nor with ``SCALINFER_NO_CACHE=1``.
         A folder that cannot be created turns it off with a note on stderr.
-    multihost : join the multi-host job (``jax.distributed.initialize()``, which reads the cluster's
-        environment), once per process.
+    multihost : join the multi-process job (``jax.distributed.initialize``), once per process, before JAX
+        starts its backend. On CPU the processes' collectives are gloo's (over TCP), JAX's default, unless the
+        user chose another implementation (``jax_cpu_collectives_implementation``).
+    coordinator_address, num_processes, process_id : passed to ``jax.distributed.initialize`` (process 0's
+        ``host:port``, the number of processes, this one's index); None lets JAX take them from
+        ``JAX_COORDINATOR_ADDRESS`` or the cluster's environment (Slurm, Open MPI, Kubernetes, Cloud TPU).
     """
     import jax
 
@@ -101,7 +107,7 @@ def configure(n_devices: int | None = None, x64: bool = True, cache: bool = True
                         f"{jax.local_device_count()} device(s); call it before running any JAX code",
                         RuntimeWarning, stacklevel=2)
     if multihost:
-        _join_cluster()
+        _join_cluster(coordinator_address, num_processes, process_id)
     if x64:
         jax.config.update("jax_enable_x64", True)  # N ~ 1e12 to fractional powers is unsafe in float32
     if cache and not jax.config.jax_compilation_cache_dir and os.environ.get("SCALINFER_NO_CACHE") != "1":
@@ -115,13 +121,15 @@ def configure(n_devices: int | None = None, x64: bool = True, cache: bool = True
             jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_S)
 
 
-def _join_cluster() -> None:
+def _join_cluster(coordinator_address: str | None, num_processes: int | None, process_id: int | None) -> None:
     import jax
 
     if jax.distributed.is_initialized():
         return
+    if jax.config.jax_cpu_collectives_implementation is None:  # no collectives: CPU processes could not reduce
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
-        jax.distributed.initialize()
+        jax.distributed.initialize(coordinator_address, num_processes, process_id)
     except Exception as e:  # the message of the cluster detection is what the user needs
         raise ScalinferError(f"multihost=true but jax.distributed.initialize() failed: {e}") from None
 

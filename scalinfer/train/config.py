@@ -229,7 +229,11 @@ class TrainConfig:
     runs_table : run table to append records to (relative to ``out_dir``).
     mesh_expert : size of the mesh's ``expert`` axis (the ``data`` axis takes the remaining
         devices).
-    multihost : call ``jax.distributed.initialize()`` before touching devices.
+    multihost : join a multi-process job (``jax.distributed.initialize``, `scalinfer.runtime.configure`) before
+        touching devices: one process per host (or per accelerator), each running the same command.
+    coordinator_address, num_processes, process_id : the job's ``host:port`` of process 0, its number of
+        processes and this process's index (0 writes the files); None takes them from
+        ``JAX_COORDINATOR_ADDRESS`` or the cluster's environment (Slurm, Open MPI, Kubernetes, Cloud TPU).
     progress : tqdm bar on stderr (None = only when stderr is a terminal).
     diagnostics_every : steps between stability diagnostics (`scalinfer.train.diagnostics`: update
         sizes, parameter and activation RMS, max attention logit, router entropy and load, written
@@ -253,6 +257,9 @@ class TrainConfig:
     runs_table: str = "runs.jsonl"
     mesh_expert: int = 1
     multihost: bool = False
+    coordinator_address: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
     progress: bool | None = None
     diagnostics_every: int = 0
     model: ModelConfig = ModelConfig()
@@ -519,6 +526,11 @@ def check(cfg: TrainConfig) -> None:
     _positive("log_every", cfg.log_every)
     _positive("keep_checkpoints", cfg.keep_checkpoints)
     _positive("stop_after_steps", cfg.stop_after_steps, allow_none=True)
+    _positive("num_processes", cfg.num_processes, allow_none=True)
+    if cfg.process_id is not None and not 0 <= cfg.process_id < (cfg.num_processes or cfg.process_id + 1):
+        raise TrainError(f"process_id={cfg.process_id} must be in [0, num_processes={cfg.num_processes})")
+    if not cfg.multihost and (cfg.coordinator_address, cfg.num_processes, cfg.process_id) != (None, None, None):
+        raise TrainError("coordinator_address, num_processes and process_id need multihost=true")
     for k in ("eval_every", "checkpoint_every", "diagnostics_every"):
         if getattr(cfg, k) < 0:
             raise TrainError(f"{k}={getattr(cfg, k)} must be >= 0")

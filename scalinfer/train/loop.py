@@ -58,7 +58,8 @@ __all__ = ["TrainState", "make_train_step", "make_eval_fn", "train", "run_id_of"
 
 # Fields that do not change a run's results: a resume may change them.
 _NON_RESULT_FIELDS = ("stop_after_steps", "progress", "log_every", "eval_every", "checkpoint_every",
-                      "keep_checkpoints", "runs_table", "multihost", "diagnostics_every")
+                      "keep_checkpoints", "runs_table", "multihost", "coordinator_address", "num_processes",
+                      "process_id", "diagnostics_every")
 _EMA = 0.95  # B_simple: ratio of moving averages of |G|^2 and tr(Sigma), as the law's docstring asks
 _NOISE_METRICS = ("grad_sq_small", "grad_sq_big", "grad_sq_true", "trace_cov", "b_simple")
 
@@ -381,7 +382,8 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
     tune_malloc()
     # the persistent compilation cache (every run of a sweep shares its shapes, so only the first compiles)
     # and the multi-host job; the device count and float precision stay the caller's
-    runtime.configure(x64=False, multihost=cfg.multihost)
+    runtime.configure(x64=False, multihost=cfg.multihost, coordinator_address=cfg.coordinator_address,
+                      num_processes=cfg.num_processes, process_id=cfg.process_id)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plan = make_plan(cfg)
