@@ -4,9 +4,10 @@ Batches are split along their sequence axis over both mesh axes (data parallel o
 the routed experts' weights are split along the expert axis over ``"expert"`` (size 1 by default,
 i.e. replicated), everything else is replicated. XLA's SPMD partitioner inserts the gradient
 all-reduce (and, with an expert axis, the all-to-all of the dispatch). One CPU is a 1 x 1 mesh and
-runs the same code. Several hosts: set ``multihost = true`` and launch one process per host; `train`
+runs the same code. Several hosts: set ``multihost = true`` (and, without a cluster manager,
+``coordinator_address``, ``num_processes``, ``process_id``) and launch one process per host; `train`
 joins the job (`scalinfer.runtime.configure`) before any device is touched, and each process feeds
-only its own rows of every batch.
+only its own rows of every batch (README, "Training on a cluster").
 """
 
 from __future__ import annotations
