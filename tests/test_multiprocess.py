@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # 24 steps of 2 micro-batches of 16 sequences (8 per device), a checkpoint every 10 steps, no decay branch
 OVERRIDES = ["name=mp", "total_tokens=49152", "batch_tokens=2048", "micro_batch_tokens=1024", "lr=1e-2",
              "checkpoint_every=10", "eval_tokens=8192", "decay_points=[]"]
-TIMEOUT_S = 400  # per launch; a process whose peer died waits for it up to JAX's own timeouts
+TIMEOUT_S = 600  # per launch; a process whose peer died waits for it up to JAX's own timeouts
 
 
 def _env(devices: int) -> dict[str, str]:
