@@ -10,8 +10,14 @@ the same active parameters and FLOPs per token. Like `scalinfer.train.train`, it
 `scalinfer.train.loop.tune_malloc` (``SCALINFER_NO_MALLOC_TUNING=1`` measures without: cal-xs
 MoE 158 -> 103 ms per step, MFU 24% -> 36%). The models alternate in rounds and each keeps its
 fastest step, as the peak keeps its fastest matmul: on a shared machine the median is also printed.
+Diagnostics (`scalinfer.train.diagnostics`): the first MoE preset's step with diagnostics
+(``make_train_step(..., diagnostics=True)``) is timed against its plain step, alternating, in
+CPU seconds of the process (all of XLA's threads; on a loaded machine wall time mostly measures
+the other work), median over steps. The overhead of ``diagnostics_every=k`` (one diagnostics step
+in k) is ``(t_diag - t_plain) / (k t_plain)``: ``diagnostics_overhead`` at ``--diagnostics-every``.
 Prints a table; the LAST line is one JSON object
-with ``tokens_per_s``, ``mfu``, ``moe_dense_step_ratio``, ``matmul_peak_flops`` (and more).
+with ``tokens_per_s``, ``mfu``, ``moe_dense_step_ratio``, ``matmul_peak_flops``,
+``diagnostics_overhead`` (and more).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ import numpy as np
 
 from scalinfer.train import flops_per_token, init_params, make_optimizer, make_train_step, param_counts, preset
 from scalinfer.train.loop import TrainState, tune_malloc
+
+DIAGNOSTICS_EVERY = 10  # the k the overhead is reported at (diagnostics_every=k)
 
 
 def matmul_peak(n: int = 2048, reps: int = 5) -> float:
@@ -46,7 +54,7 @@ def matmul_peak(n: int = 2048, reps: int = 5) -> float:
 class Stepper:
     """A compiled train step of ``cfg`` (one micro-batch per step) and its state."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, diagnostics: bool = False):
         m = cfg.model
         self.cfg = cfg
         params = jax.tree.map(jnp.asarray, init_params(m, 0))
@@ -58,20 +66,46 @@ class Stepper:
         self.batches = [jnp.asarray(rng.integers(0, m.vocab_size, (1, seqs, m.seq_len + 1)), jnp.int32)
                         for _ in range(4)]
         self.step = jax.jit(make_train_step(m, opt, cfg.micro_tokens), donate_argnums=(0,))
+        self.diag_step = (jax.jit(make_train_step(m, opt, cfg.micro_tokens, diagnostics=True), donate_argnums=(0,))
+                          if diagnostics else None)
         t = time.perf_counter()
         self.metrics = self.run(2)
         self.compile_s = time.perf_counter() - t
+        if diagnostics:
+            self.run(2, diagnostics=True)
 
-    def run(self, steps: int) -> list[float]:
-        """Seconds of each of ``steps`` steps (each waited for)."""
+    def run(self, steps: int, diagnostics: bool = False, cpu: bool = False) -> list[float]:
+        """Seconds of each of ``steps`` steps (each waited for): wall, or with ``cpu`` the process's
+        CPU time (all threads)."""
+        clock = time.process_time if cpu else time.perf_counter
+        step = self.diag_step if diagnostics else self.step
         times = []
         for i in range(steps):
-            t = time.perf_counter()
-            self.state, metrics = self.step(self.state, self.batches[i % 4], np.int32(1), np.float32(1e-3))
+            t = clock()
+            self.state, metrics = step(self.state, self.batches[i % 4], np.int32(1), np.float32(1e-3))
             jax.block_until_ready(metrics)
-            times.append(time.perf_counter() - t)
+            times.append(clock() - t)
         self.metrics = metrics
         return times
+
+
+def diagnostics_cost(cfg, steps: int, rounds: int, every: int) -> dict:
+    """CPU and wall time per step of the plain and the diagnostics step of ``cfg`` (medians over
+    ``steps`` steps each, alternating in ``rounds``), and the overhead of one diagnostics step in ``every``."""
+    st = Stepper(cfg, diagnostics=True)
+    cpu = {False: [], True: []}
+    wall = {False: [], True: []}
+    for _ in range(rounds):
+        for diag in (False, True):
+            n = max(1, steps // rounds)
+            cpu[diag] += st.run(n, diag, cpu=True)
+            wall[diag] += st.run(n, diag)
+    plain, diag = float(np.median(cpu[False])), float(np.median(cpu[True]))
+    wplain, wdiag = float(np.median(wall[False])), float(np.median(wall[True]))
+    return {"model": cfg.name, "every": every, "plain_cpu_ms": 1e3 * plain, "diag_cpu_ms": 1e3 * diag,
+            "plain_wall_ms": 1e3 * wplain, "diag_wall_ms": 1e3 * wdiag,
+            "step_ratio": diag / plain, "overhead": (diag - plain) / (every * plain),
+            "wall_overhead": (wdiag - wplain) / (every * wplain)}
 
 
 def measure(name: str, steps: int, rounds: int, batch_tokens: int | None, peaks: list[float]) -> list[dict]:
@@ -109,6 +143,8 @@ def main(argv=None) -> dict:
     p.add_argument("--steps", type=int, default=24, help="timed steps per model")
     p.add_argument("--rounds", type=int, default=4, help="alternations between a preset's two models")
     p.add_argument("--batch-tokens", type=int, default=None, help="tokens per step (default: the preset's)")
+    p.add_argument("--diagnostics-every", type=int, default=DIAGNOSTICS_EVERY,
+                   help="k of diagnostics_every=k for the diagnostics overhead (0 skips its measurement)")
     args = p.parse_args(argv)
 
     malloc_tuned = tune_malloc()  # as `scalinfer.train.train` does: before JAX's backend starts
@@ -130,6 +166,16 @@ def main(argv=None) -> dict:
     ratios = {n: rows[2 * i]["step_ms"] / rows[2 * i + 1]["step_ms"] for i, n in enumerate(names)}
     for n, ratio in ratios.items():
         print(f"{n}: MoE / dense step time (same active FLOPs): {ratio:.2f}")
+    diag = None
+    if args.diagnostics_every > 0:
+        cfg = preset(names[0])
+        if args.batch_tokens:
+            cfg = dataclasses.replace(cfg, batch_tokens=args.batch_tokens, micro_batch_tokens=None)
+        diag = diagnostics_cost(cfg, args.steps, args.rounds, args.diagnostics_every)
+        print(f"{names[0]} diagnostics (median per step, CPU ms / wall ms): plain {diag['plain_cpu_ms']:.1f} / "
+              f"{diag['plain_wall_ms']:.1f}, diagnostics step {diag['diag_cpu_ms']:.1f} / {diag['diag_wall_ms']:.1f} "
+              f"(x{diag['step_ratio']:.2f} CPU); overhead at diagnostics_every={diag['every']}: "
+              f"{diag['overhead']:.1%} CPU, {diag['wall_overhead']:.1%} wall")
     head = rows[0]
     result = {"tokens_per_s": head["tokens_per_s"], "mfu": head["mfu"], "moe_dense_step_ratio": ratios[names[0]],
               "matmul_peak_flops": peak, "preset": names[0], "flops_per_token": head["flops_per_token"],
@@ -137,7 +183,9 @@ def main(argv=None) -> dict:
               "per_preset": {n: {"mfu": rows[2 * i]["mfu"], "dense_mfu": rows[2 * i + 1]["mfu"],
                                  "tokens_per_s": rows[2 * i]["tokens_per_s"], "moe_dense_step_ratio": ratios[n]}
                              for i, n in enumerate(names)},
-              "load_average": os.getloadavg()[0], "malloc_tuned": malloc_tuned}
+              "load_average": os.getloadavg()[0], "malloc_tuned": malloc_tuned,
+              "diagnostics_overhead": diag["overhead"] if diag else None,
+              "diagnostics": diag}
     print(json.dumps(result))
     return result
 

@@ -5,8 +5,9 @@
 Modules: `config` (dataclasses, presets), `model` and `moe` (the network), `mup`, `optimizer`
 (AdamW, per-module LRs), `data`, `checkpoint`, `parallel` (mesh and shardings), `token_plan`
 (tokens per step, LR and decay branches of a run), `loop` (train step, loop), `records`,
-`coord_check` (muP coordinate check). The LR schedule and the schedule file live in
-`scalinfer.schedules`; sweeps in `scalinfer.sweep`.
+`coord_check` (muP coordinate check), `diagnostics` (update sizes, activation RMS, attention
+logits, router entropy and load every ``diagnostics_every`` steps; `read_diagnostics`). The LR
+schedule and the schedule file live in `scalinfer.schedules`; sweeps in `scalinfer.sweep`.
 """
 
 from scalinfer.train.config import (
