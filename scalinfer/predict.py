@@ -45,7 +45,9 @@ class Prediction:
     targets : the target arguments as given (e.g. ``{"N": 1e9, "D": 2e10}``).
     extrapolation : e.g. ``{"N_ratio": ..., "D_ratio": ...}``: target over the largest fitted value.
     ci : the credible mass of the intervals (equal-tailed).
-    warnings : diagnostics of the fit that say whether to trust the answer.
+    warnings : what a reader must know before trusting the answer: the fit's diagnostics (R-hat, ESS,
+        divergences), the answer's own checks (`scalinfer.inference.checks.answer_warnings`: far
+        extrapolation, an optimum outside the range tried, absurd values) and the model's.
     model : the name of the model that answered; it says what each quantity is (`scalinfer.quantities`: an old
         name such as ``batch_opt`` is an alias, whose new name is reported beside it and also looked up here).
     prior_sensitivity : quantity -> ``{"prior", "likelihood", "most", "most_prior", "diagnosis"}``, the
