@@ -6,7 +6,8 @@
     scalinfer predict FIT.nc --N X --D Y [--ci 0.9] [--lr A --batch B] [--target-loss L] [--grid] [--json] [--strict]
     scalinfer predict --baseline steplaw|deepseek|zhou2026 --N X --D Y [--json]
     scalinfer plot FIT.nc KIND -o FILE
-    scalinfer recommend FIT.nc --N X --D Y [--batch B | --max-batch B] [--excess X] [--prob Q] [--lr A] [--json] [--strict]
+    scalinfer recommend FIT.nc --N X --D Y [--batch B | --max-batch B] [--excess X] [--prob Q] [--lr A]
+                        [--json] [--strict]
     scalinfer simulate MODEL -o RUNS.csv
     scalinfer quickstart
     scalinfer compare FIT1.nc FIT2.nc ...          scalinfer schedule FIT.nc --N X --D Y
@@ -17,8 +18,9 @@ Each command group is a module of this package (`fit`, `query`, `decide`, `batch
 what it needs when it runs. With --json the JSON alone goes to stdout; progress goes to stderr when it is a
 terminal. Errors in the input, the parser's included, print one line ``error: ...`` to stderr and exit with
 code 2. With --strict, an answering command (summary, predict, recommend, compare, schedule) that printed a
-warning exits with code 3. Warnings of other libraries (ArviZ, xarray, JAX...) are not shown unless ``--verbose``; scalinfer's own
-warnings always are. A command that writes a file checks the path before it starts (`scalinfer._io`).
+warning exits with code 3. Warnings of other libraries (ArviZ, xarray, JAX...) are not shown unless
+``--verbose``; scalinfer's own warnings always are. A command that writes a file checks the path before it
+starts (`scalinfer._io`).
 """
 
 from __future__ import annotations
