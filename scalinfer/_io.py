@@ -71,6 +71,8 @@ def check_output(path: PathLike, inputs: Iterable[PathLike | None] = (), force: 
 def check_output_dir(path: PathLike, inputs: Iterable[PathLike | None] = (), what: str = "output folder") -> Path:
     """Check that `path` is an existing folder or can be created as one (its parent exists): a folder a command
     writes into and reuses (a sweep's or the trainer's ``--out``, which resume from what is there)."""
+    if str(path) == "":
+        raise OutputError(f"{what} '': not a folder name")
     path = Path(path)
     for other in inputs:
         if other is not None and _same(path, Path(other)):

@@ -106,6 +106,13 @@ def _finite(v: float) -> bool:
         return False
 
 
+def _seed(text: str) -> int:
+    v = whole(text)
+    if v >= 2 ** 32:
+        raise argparse.ArgumentTypeError(f"{text!r}: a seed is below 2**32")
+    return v
+
+
 #: the most NUTS chains a fit takes: each runs on a CPU device of its own, which JAX creates at start-up
 MAX_CHAINS = 128
 
@@ -139,7 +146,7 @@ def register(subparsers) -> None:
     s.add_argument("--chains", type=_chains, default=4, help=f"NUTS chains, 1 to {MAX_CHAINS} (default 4)")
     s.add_argument("--warmup", type=whole, default=500, help="NUTS warmup steps per chain, >= 0 (default 500)")
     s.add_argument("--samples", type=count, default=500, help="draws per chain, >= 1 (default 500)")
-    s.add_argument("--seed", type=whole, default=0, help="random seed, >= 0 (default 0)")
+    s.add_argument("--seed", type=_seed, default=0, help="random seed, 0 to 2**32 - 1 (default 0)")
     s.add_argument("-o", "--output", required=True, help="the fit file to write (netCDF)")
     add_force(s)
     s.set_defaults(func=cmd_fit)
@@ -148,7 +155,7 @@ def register(subparsers) -> None:
     s.add_argument("model", choices=MODEL_NAMES, help=f"one of {', '.join(MODEL_NAMES)}")
     s.add_argument("--params", default=None,
                    help="JSON object of true parameters; those not given keep the model's values")
-    s.add_argument("--seed", type=whole, default=0, help="random seed, >= 0 (default 0)")
+    s.add_argument("--seed", type=_seed, default=0, help="random seed, 0 to 2**32 - 1 (default 0)")
     s.add_argument("-o", "--output", required=True, help="CSV file to write (a .manifest.json goes beside it)")
     add_force(s)
     s.set_defaults(func=cmd_simulate)

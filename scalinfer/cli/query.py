@@ -124,6 +124,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from scalinfer.inference import load_fit
 
     check_output(args.output, inputs=[args.fit], force=args.force, what="figure")
+    from pathlib import Path
+
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(args.output).suffix[1:].lower() or "png"
+    if suffix not in formats:
+        raise ScalinferError(f"figure {args.output}: no figure format '.{suffix}' (one of: {', '.join(formats)})")
     from scalinfer.plots import plot
 
     f = load_fit(args.fit)
