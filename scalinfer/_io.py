@@ -53,9 +53,9 @@ def check_output(path: PathLike, inputs: Iterable[PathLike | None] = (), force: 
             raise OutputError(f"{what} {path}: is an input of this command ({other}); choose another file")
     try:
         st = os.stat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a file where a folder should be: said by _check_folder
         st = None
-    except OSError as e:  # a file where a folder should be (ENOTDIR), a loop of links, no permission
+    except OSError as e:  # a loop of links, no permission
         raise OutputError(f"{what} {path}: {e.strerror or e}") from None
     if st is not None:
         if stat.S_ISDIR(st.st_mode):

@@ -130,3 +130,20 @@ def test_plan_cli_writes_a_sweep_file(tmp_path):
     bad = run_cli("plan", "--size", "d32l2h2", "--target-N", "1e6", "--target-D", "1e7", "-o", out / "x.toml")
     assert bad.code == 2 and f"{out} is a file, not a folder" in bad.err and "Traceback" not in bad.err
     assert tomllib.loads(out.read_text())["sweep"]["preset"] == "cal-xs"  # the earlier file is untouched
+
+
+def test_decay_points_are_found_without_enumerating_the_run():
+    # the fork point is computed, not searched over every batch of the run: 1e30 tokens answer at once with
+    # the same rule (the multiple of the alignment nearest total * 2^-k * (1 - decay fraction))
+    total = 10**30 // 256 * 256
+    forks, ends = aligned_decay_points(total, 3, 0.2, 256, 0.01)
+    ratio = 0.2 / 0.8
+    for k, (f, e) in zip((3, 2, 1), zip(forks, ends)):
+        assert f % (4 * 256) == 0 and e == f + round(ratio * f)
+        assert abs(f - total / 2 ** k * 0.8) <= 4 * 256
+
+
+def test_parse_size_refuses_empty_shapes():
+    for spec in ("d0l2", "d64l0", "d0l0"):
+        with pytest.raises(TrainError, match="at least 1"):
+            parse_size(spec)

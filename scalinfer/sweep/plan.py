@@ -25,6 +25,7 @@ and the runs of one size share their (N, D) settings.
 from __future__ import annotations
 
 import dataclasses
+import fractions
 import math
 import re
 from typing import Any, Callable, Sequence
@@ -114,6 +115,8 @@ def parse_size(spec: str, base: ModelConfig | None = None) -> SizeSpec:
 
 
 def _shape(base: ModelConfig, d_model: int, n_layers: int, n_heads: int) -> ModelConfig:
+    if min(d_model, n_layers, n_heads) < 1:
+        raise TrainError(f"shape d{d_model}l{n_layers}h{n_heads}: d_model, layers and heads must be at least 1")
     if d_model % n_heads or (d_model // n_heads) % 2:
         raise TrainError(f"shape d{d_model}l{n_layers}h{n_heads}: d_model must split into n_heads heads of "
                          f"even width")
@@ -186,15 +189,19 @@ def aligned_decay_points(total_tokens: int, count: int, decay_fraction: float, u
     (fork_tokens, end_tokens) : two tuples, largest D last.
     """
     ratio = decay_fraction / (1 - decay_fraction)
+    # fork points are f = j * unit with ratio * j whole: j a multiple of the period q of ratio's fraction
+    q = fractions.Fraction(ratio).limit_denominator(10_000).denominator
+    j_max = int(total_tokens // unit) // q * q
+    if abs(ratio * q - round(ratio * q)) > 1e-9 or j_max < q:
+        raise TrainError(f"no fork point is a multiple of {unit} tokens with a decay of a whole number of "
+                         f"batches (decay fraction {decay_fraction}); use a decay fraction like 0.2 or 0.25")
     forks, ends = [], []
     for k in range(count, 0, -1):
         want = total_tokens / 2 ** k * (1 - decay_fraction)
-        candidates = [j * unit for j in range(1, int(total_tokens / unit) + 1)
-                      if abs(ratio * j - round(ratio * j)) < 1e-9]
-        if not candidates:
-            raise TrainError(f"no fork point is a multiple of {unit} tokens with a decay of a whole number of "
-                             f"batches (decay fraction {decay_fraction}); use a decay fraction like 0.2 or 0.25")
-        f = min(candidates, key=lambda c: (abs(c - want), c))
+        # the multiple of q * unit nearest `want` (the smaller one on a tie), within [q, j_max] batches
+        m = want / (q * unit)
+        near = {min(max(math.floor(m), 1), j_max // q), min(max(math.ceil(m), 1), j_max // q)}
+        f = min((i * q * unit for i in near), key=lambda c: (abs(c - want), c))
         lo, hi = warmup_fraction * total_tokens, (1 - decay_fraction) * total_tokens
         if not lo <= f <= hi:
             raise TrainError(f"decay branch {k}: fork at {f} tokens is outside the stable phase [{lo:.0f}, "
