@@ -47,8 +47,8 @@ def _summary(params, tokens, cfg=CFG):
 
 def test_forward_without_the_flag_is_unchanged():
     params, tokens = _params(), _tokens()
-    plain, aux = model.forward(params, tokens, CFG)
-    diag, aux_d = model.forward(params, tokens, CFG, diagnostics=True)
+    plain, aux = jax.jit(lambda p, t: model.forward(p, t, CFG))(params, tokens)
+    diag, aux_d = jax.jit(lambda p, t: model.forward(p, t, CFG, diagnostics=True))(params, tokens)
     assert aux.attn_logit_max_L is None and aux.moe.entropy is None
     np.testing.assert_array_equal(plain, diag)
     assert aux_d.attn_logit_max_L.shape == (CFG.n_layers,) and aux_d.moe.entropy.shape == (CFG.n_layers,)
@@ -167,6 +167,7 @@ OVERRIDES = ["name=d", "total_tokens=24576", "batch_tokens=2048", "micro_batch_t
              "checkpoint_every=4", "eval_tokens=4096", "model.seq_len=32", "model.d_model=16"]
 
 
+@pytest.mark.slow  # three short trainings (each compiles its steps): 209 s wall at load 10-20 on 2 cores
 def test_loop_writes_diagnostics_at_due_steps_and_resumes(tmp_path):
     cfg = apply_overrides(preset("tiny"), [*OVERRIDES, "diagnostics_every=3"])
     train(apply_overrides(cfg, ["stop_after_steps=7"]), tmp_path / "diag")  # stops with a checkpoint at 7
