@@ -164,3 +164,18 @@ def test_fixed_lr_fit_converges_and_holds_the_true_batch(fixed_lr_fit):
     with pytest.raises(ModelError, match="answers at that lr only"):
         f.predict(**TARGET, lr=2 * ETA0)
     assert "loss" in f.predict(**TARGET, batch=B0).draws
+
+
+def test_surface_figures_refuse_a_reduced_design_in_one_line():
+    # the figures draw both valleys and both laws; a fixed-batch fit has neither B* nor the batch valley, so
+    # they refuse before touching the draws (a stand-in fit: the check reads only the model name and constants)
+    from types import SimpleNamespace
+
+    from scalinfer.models.surface.design import DESIGN_CODE
+    from scalinfer.plots.surface import law_figure, ppc_figure, valley_figure
+
+    fit = SimpleNamespace(model=SimpleNamespace(name="surface", predicts={"lr_opt": "", "batch_opt": ""}),
+                          constants={"design": float(DESIGN_CODE["fixed_batch"])})
+    for figure in (valley_figure, ppc_figure, law_figure):
+        with pytest.raises(ModelError, match="'fixed_batch'"):
+            figure(fit)

@@ -79,6 +79,8 @@ def law_figure(fit, quantity: str = "lr_opt", N: float | None = None, D: float |
         raise ModelError(f"quantity must be one of {', '.join(_LAW)}, not {quantity!r}")
     if "lr_opt" not in fit.model.predicts:
         raise ModelError(f"figure needs a fit that predicts lr_opt and batch_opt, not model {fit.model.name!r}")
+    if fit.model.name == "surface":
+        _full_design(fit)
     c = fit.constants
     N_fix = float(N) if N is not None else float(np.sqrt(c["min_N"] * c["max_N"]))
     D_fix = float(D) if D is not None else float(np.sqrt(c["min_D"] * c["max_D"]))
@@ -142,6 +144,17 @@ def _ridge_factor(fit, best) -> np.ndarray:
 def _surface_only(fit):
     if fit.model.name != "surface":
         raise ModelError(f"this figure needs a 'surface' fit, not {fit.model.name!r}")
+    _full_design(fit)
+
+
+def _full_design(fit):
+    """The figures draw the whole surface (both valleys, both laws): a fixed-batch or fixed-LR fit has half."""
+    from scalinfer.models.surface.design import design_of
+
+    design = design_of(fit.constants)
+    if design != "full":
+        raise ModelError(f"this figure needs a surface fit of the full design; this one is {design!r} "
+                         f"(one batch or one LR in the table): use predict for its answers")
 
 
 def _setting_draws(fit, max_draws: int = _MAX_DRAWS):
