@@ -67,7 +67,9 @@ def winner_draws(fit, prediction, seed: int = 0) -> np.ndarray:
     out (the result can be shorter than the draws).
     """
     d = fit.draws(["sigma0", "sigma1", "nu"])
-    log_loss, log_opt = np.log(prediction["loss"]), np.log(prediction["loss_opt"])  # both (draws, cells)
+    # the setting's loss at its optimum: of the whole surface, or along the one batch (LR) a reduced design has
+    opt = next(q for q in ("loss_opt", "loss_opt_at_batch", "loss_opt_at_lr") if q in prediction.draws)
+    log_loss, log_opt = np.log(prediction["loss"]), np.log(prediction[opt])  # both (draws, cells)
     scale = d["sigma0"][:, None] + d["sigma1"][:, None] * (log_loss - log_opt)
     rng = np.random.default_rng(seed)
     with np.errstate(invalid="ignore"):
