@@ -9,16 +9,11 @@ import pytest
 
 import scalinfer
 from conftest import run_cli
-from support.designs import surface_design
+from support.designs import surface_design, true_law
 
 TRUTH_COLUMNS = ["true_lr_opt", "true_batch_opt", "true_loss_opt"]
 #: an interpolation target: a new model size between the fitted 3e8 and 6e8, at 60 tokens per parameter
 N, D = 4.5e8, 2.7e10
-
-
-def _law(params: dict, name: str, N: float, D: float) -> float:
-    return float(np.exp(params[f"{name}_log_coef"] + params[f"{name}_exp_N"] * np.log(N)
-                        + params[f"{name}_exp_D"] * np.log(D)))
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +43,13 @@ def _true_expected_loss_lr(params: dict, N: float, D: float, B: float) -> float:
 
     q = params
     eps_lr, eps_b = np.random.default_rng(0).standard_normal((2, 20_000, 1))
-    x_star = np.log(_law(q, "lr_opt", N, D)) + q["tau_lr"] * eps_lr
-    z_star = np.log(_law(q, "batch_opt", N, D)) + q["tau_b"] * eps_b
+    x_star = np.log(true_law(q, "lr_opt", N, D)) + q["tau_lr"] * eps_lr
+    z_star = np.log(true_law(q, "batch_opt", N, D)) + q["tau_b"] * eps_b
     log_c = lambda v: (q[f"log_c_{v}"] + q[f"c_{v}_exp_N"] * (np.log(N) - q["ref_logN"])  # noqa: E731
                        + q[f"c_{v}_exp_D"] * (np.log(D) - q["ref_logD"]))
     z = np.log(B)
     ridge = np.asarray(log_lr_opt_at_batch(z, x_star, z_star, q["kappa1"], q["kappa2"]))
-    x = np.log(_law(q, "lr_opt", N, D)) + np.linspace(-0.5, 0.5, 1001)[None, :]
+    x = np.log(true_law(q, "lr_opt", N, D)) + np.linspace(-0.5, 0.5, 1001)[None, :]
     log_loss = (np.asarray(valley(x - ridge, log_c("lr"), q["delta_lr"], q["p_lr"]))
                 + np.asarray(valley(z - z_star, log_c("b"), q["delta_b"], q["p_b"])))
     return float(np.exp(x[0, np.argmin(np.exp(log_loss).mean(0))]))
@@ -84,7 +79,7 @@ def test_expected_loss_lr_holds_the_truth(sim, surface_fit):
     truth = _true_expected_loss_lr(params, N, D, b.value)
     assert lr.lo <= truth <= lr.hi, (lr, truth)
     assert lr.lo <= lr.value <= lr.hi and lr.hi / lr.lo < 2.5, lr
-    assert b.lo <= _law(params, "batch_opt", N, D) <= b.hi, (b, _law(params, "batch_opt", N, D))
+    assert b.lo <= true_law(params, "batch_opt", N, D) <= b.hi, (b, true_law(params, "batch_opt", N, D))
     # the expected excess of the recommended point is small and its interval ordered
     e = r.expected_excess
     assert 0 <= e.lo <= e.median <= e.hi and 0 <= e.mean < 0.01, e

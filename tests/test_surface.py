@@ -14,7 +14,7 @@ import pytest
 
 import scalinfer
 from conftest import ROOT, dataset, run_cli
-from support.designs import surface_design
+from support.designs import surface_design, true_law
 
 TRUTH_COLUMNS = ["true_lr_opt", "true_batch_opt", "true_loss_opt"]
 
@@ -23,11 +23,6 @@ def _runs(df: pd.DataFrame, source: str = "simulated"):
     from scalinfer.runs.schema import validate
 
     return validate(df.drop(columns=[c for c in TRUTH_COLUMNS if c in df]), source=source, kind="runs")
-
-
-def _law(params: dict, name: str, N: float, D: float) -> float:
-    return float(np.exp(params[f"{name}_log_coef"] + params[f"{name}_exp_N"] * np.log(N)
-                        + params[f"{name}_exp_D"] * np.log(D)))
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +54,7 @@ def test_recovery_at_a_larger_target(sim, surface_fit):
     p = f.predict(N=N, D=D, ci=0.9)
     for q in ("lr_opt", "batch_opt"):
         med, lo, hi = p.interval(q)
-        assert lo <= _law(params, q, N, D) <= hi, (q, lo, hi, _law(params, q, N, D))
+        assert lo <= true_law(params, q, N, D) <= hi, (q, lo, hi, true_law(params, q, N, D))
     assert p.extrapolation["N_ratio"] == pytest.approx(N / 6e8)
     # the natural-scale exponents come back in the posterior (derived from the centred, scaled slopes)
     s = f.summary()
@@ -101,7 +96,7 @@ def test_map_predicts_the_laws_value(sim):
     for N, D in ((1.2e9, 4.8e10), (2e8, 6e9)):
         p = f.predict(N=N, D=D)
         for q in ("lr_opt", "batch_opt"):
-            np.testing.assert_allclose(p.interval(q)[0], _law(point, q, N, D), rtol=1e-9)
+            np.testing.assert_allclose(p.interval(q)[0], true_law(point, q, N, D), rtol=1e-9)
 
 
 @pytest.mark.slow

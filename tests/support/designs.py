@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["SURFACE_DESIGNS", "surface_design"]
+__all__ = ["SURFACE_DESIGNS", "surface_design", "true_law"]
 
 SURFACE_DESIGNS = {
     # 3 model sizes x 3 token budgets, 9 LRs x 5 batches = 405 runs (CI-sized: each fit takes seconds)
@@ -30,3 +30,10 @@ def surface_design(name: str) -> pd.DataFrame:
     rows = [(n, n * t, 2.0 ** a, 2.0 ** b) for n in d["N"] for t in d["tokens_per_param"]
             for a in d["log2_lr"] for b in d["log2_batch"]]
     return pd.DataFrame(rows, columns=["N", "D", "lr", "batch_tokens"])
+
+
+def true_law(params: dict, name: str, N: float, D: float) -> float:
+    """The surface model's law ``name`` (``lr_opt``, ``batch_opt``, ``loss_opt``) at (N, D) from its natural-scale
+    parameters (``{name}_log_coef``, ``{name}_exp_N``, ``{name}_exp_D``), as `Surface.true_params` gives them."""
+    return float(np.exp(params[f"{name}_log_coef"] + params[f"{name}_exp_N"] * np.log(N)
+                        + params[f"{name}_exp_D"] * np.log(D)))
