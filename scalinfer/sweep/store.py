@@ -271,6 +271,7 @@ def export(out: str | os.PathLike, dest: str | os.PathLike) -> list[str]:
     out, dest = Path(out), Path(dest)
     merge(out)
     copied = []
+    _make_folder(dest)  # the export's own folder (its last level only) and, below, a folder per run
     for name in (_TABLE, _MANIFEST, "sweep.toml"):
         if (out / name).exists():
             write_file(dest / name, (out / name).read_text(), "the exported copy", _incomplete(dest))
@@ -282,9 +283,20 @@ def export(out: str | os.PathLike, dest: str | os.PathLike) -> list[str]:
             if f.is_file() and (f.name in _EXPORTED or (f.name.startswith("metrics") and f.suffix == ".jsonl")):
                 target = dest / _RUNS / d.name / f.name
                 if not target.exists() or target.read_bytes() != f.read_bytes():
+                    _make_folder(dest / _RUNS, dest)
+                    _make_folder(target.parent, dest)
                     write_file(target, f.read_text(), "the exported copy", _incomplete(dest))
         copied.append(d.name)
     return copied
+
+
+def _make_folder(folder: Path, dest: Path | None = None) -> None:
+    """Create `folder` (one level: its parent must exist), as a one-line TrainError when the OS refuses."""
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as e:
+        raise TrainError(f"cannot create the export folder {folder} ({e.strerror or e}); "
+                         f"{_incomplete(dest or folder)}") from e
 
 
 def _incomplete(dest: Path) -> str:
