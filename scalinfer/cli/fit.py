@@ -47,7 +47,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.design is not None:
         options["design"] = args.design
     f = fit(runs, model=args.model, method=args.method, chains=args.chains, warmup=args.warmup,
-            samples=args.samples, seed=args.seed, quiet=quiet(), **options)
+            samples=args.samples, seed=args.seed, quiet=quiet(), progress=args.progress, **options)
     path = f.save(args.output)
     for w in f.warnings():
         print(f"warning: {w}", file=sys.stderr)
@@ -147,6 +147,8 @@ def register(subparsers) -> None:
     s.add_argument("--warmup", type=whole, default=500, help="NUTS warmup steps per chain, >= 0 (default 500)")
     s.add_argument("--samples", type=count, default=500, help="draws per chain, >= 1 (default 500)")
     s.add_argument("--seed", type=_seed, default=0, help="random seed, 0 to 2**32 - 1 (default 0)")
+    s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="NUTS's progress bar on stderr (default: only when stderr is a terminal)")
     s.add_argument("-o", "--output", required=True, help="the fit file to write (netCDF)")
     add_force(s)
     s.set_defaults(func=cmd_fit)

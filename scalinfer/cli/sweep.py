@@ -93,7 +93,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise TrainError("scalinfer sweep needs --out DIR")
     check_output_dir(args.out, inputs=[args.sweep], what="sweep folder")
     res = run_sweep(args.sweep, args.out, workers=args.workers, only=args.only, index=args.index,
-                    delete_checkpoints=args.delete_checkpoints)
+                    delete_checkpoints=args.delete_checkpoints, progress=args.progress)
     one = args.only is not None or args.index is not None
     _report(res, sys.stderr, one=one)
     if one:
@@ -163,6 +163,9 @@ def register(subparsers) -> None:
     s.add_argument("--list", action="store_true", help="list the runs (and their state with --out)")
     s.add_argument("--delete-checkpoints", action="store_true",
                    help="delete a run's checkpoints once all its records are written")
+    s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a bar on stderr of the runs done, running and failed (default: only when stderr is a "
+                        "terminal)")
     s.set_defaults(func=cmd_sweep)
 
 

@@ -52,7 +52,7 @@ def _log(msg: str, quiet: bool) -> None:
 def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = None, chains: int = 4,
         warmup: int = 500, samples: int = 500, seed: int = 0, adapt: str = "dense",
         target_accept: float | None = None, warmup_tree_depth: int = WARMUP_TREE_DEPTH, quiet: bool = True,
-        potential_dtype: str | None = None, **options: Any) -> Fit:
+        potential_dtype: str | None = None, progress: bool | None = None, **options: Any) -> Fit:
     """Fit `model` to `runs` and return a `Fit`.
 
     Parameters
@@ -71,6 +71,9 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     potential_dtype : ``"float32"`` or ``"float64"``: the float type NUTS evaluates the log density in
         (default: the model's `potential_dtype`; float32 is faster per gradient on CPU). The mode,
         its curvature and the draws' constrained values are float64 either way.
+    quiet : no report of the fit's steps on stderr.
+    progress : NUTS's progress bar on stderr (iterations, divergent draws, elapsed, what is left); None
+        (default): only when stderr is a terminal. It changes no draw (`scalinfer.inference.nuts.run_nuts`).
     options : the model's options (its dataclass fields, e.g. ``size_scatter``; `Model.with_options`), saved in
         the fit so that `Fit.model` (and a reloaded fit's) is the model fitted.
     """
@@ -130,7 +133,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     draws, stats = run_nuts(m.model, kwargs, init, chains=chains, warmup=warmup, samples=samples, seed=seed,
                             adapt=adapt, target_accept=extra["target_accept"], warmup_tree_depth=warmup_tree_depth,
                             chain_method=chain_method_for(chains), preconditioner=_preconditioner(point),
-                            potential_dtype=potential_dtype)
+                            potential_dtype=potential_dtype, progress=progress)
     t_nuts = time.perf_counter() - t1
     extra["warmup_leapfrog_steps"] = int(stats.pop("warmup_num_steps").sum())
     extra["potential_dtype"] = potential_dtype or str(np.result_type(float))

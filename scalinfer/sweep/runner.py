@@ -12,6 +12,10 @@ passed on to every worker's group; a worker stops at once on either (its run res
 checkpoint) and the parent exits when they have. A worker whose parent died without passing anything on
 (``kill -9``) notices within a second (its parent process id changes), sends what it still prints to its log
 file, and stops once its current run writes its next checkpoint (or finishes), claiming no further run.
+
+Progress: with workers, the parent copies each worker's ``[sweep]`` lines to its log and, when stderr is a
+terminal (or ``progress=True``), keeps a bar on stderr below them: runs done of the sweep's, running, failed,
+elapsed time and an estimate of what is left (`_SweepProgress`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import fcntl
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -31,6 +36,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Iterator, Sequence
+
+from tqdm import tqdm
 
 from scalinfer.errors import ScalinferError, TrainError
 from scalinfer.sweep.spec import Sweep, SweepRun, load_sweep
@@ -158,7 +165,8 @@ def _install_sweep_file(sweep: Sweep, out: Path) -> None:
 
 
 def run_sweep(path: str | os.PathLike, out: str | os.PathLike, workers: int = 1, only: str | None = None,
-              index: int | None = None, delete_checkpoints: bool = False, log=sys.stderr) -> SweepResult:
+              index: int | None = None, delete_checkpoints: bool = False, log=sys.stderr,
+              progress: bool | None = None) -> SweepResult:
     """Run a sweep file into folder ``out`` (see the module docstring) and merge the results.
 
     Parameters
@@ -169,6 +177,9 @@ def run_sweep(path: str | os.PathLike, out: str | os.PathLike, workers: int = 1,
     only : run just the run with this run id or name, in this process (for schedulers).
     index : run just the run at this 0-based position, in this process (e.g. ``$SLURM_ARRAY_TASK_ID``).
     delete_checkpoints : remove a run's checkpoints once all its records are written.
+    log : where the ``[sweep]`` lines go (each worker's are also in ``out/logs/worker-K.log``).
+    progress : with workers, a bar on stderr of the runs done, running and failed (`_SweepProgress`); None
+        (default): only when stderr is a terminal.
 
     Returns
     -------
@@ -205,9 +216,10 @@ def run_sweep(path: str | os.PathLike, out: str | os.PathLike, workers: int = 1,
         procs = [subprocess.Popen(cmd + ["--worker-id", str(k)], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                   text=True, bufsize=1, process_group=0)
                  for k in range(n)]
-        with _passing_on(procs) as received:
+        with _passing_on(procs) as received, _SweepProgress(len(sweep.runs), len(sweep.runs) - len(pending),
+                                                            sweep.name, progress) as bar:
             try:
-                _relay(procs, out / "logs", log)
+                _relay(procs, out / "logs", log, bar)
             except KeyboardInterrupt:
                 if not received:  # interrupted another way than by a signal `_passing_on` saw
                     _signal_workers(procs, signal.SIGINT)
@@ -261,9 +273,59 @@ def _passing_on(procs: Sequence[subprocess.Popen]) -> Iterator[list[int]]:
             signal.signal(s, signal.SIG_DFL if h is None else h)
 
 
-def _relay(procs: list[subprocess.Popen], log_dir: Path, log) -> None:
-    """Append each worker's stderr to ``log_dir/worker-K.log`` and copy its ``[sweep]`` lines to ``log``,
-    until every worker exits."""
+class _SweepProgress:
+    """A bar on stderr over a sweep's runs: done of all (those done before this invocation included), running,
+    failed, elapsed and an estimate of what is left, kept up to date from the workers' ``[sweep]`` lines
+    (`run_one` writes them: ``[sweep] INDEX: NAME (RUN_ID) started``, ``... done in ...``, ``... failed: ...``,
+    ``... stopped early ...``). `write` puts a line on the log above the bar. Off (a plain writer) unless
+    `enabled`, or, when `enabled` is None, unless stderr is a terminal."""
+
+    _LINE = re.compile(r"\[sweep\] (\d+): .*?(?: \(\S+\) (started)$| (done) in | (failed): | (stopped) early)")
+
+    def __init__(self, total: int, done: int, name: str, enabled: bool | None = None):
+        show = sys.stderr is not None and sys.stderr.isatty() if enabled is None else bool(enabled)
+        self.bar = tqdm(total=total, initial=done, desc=f"sweep {name}", unit="run", file=sys.stderr,
+                        disable=not show, dynamic_ncols=True, leave=True)
+        self.running: set[int] = set()
+        self.failed = 0
+
+    def __enter__(self) -> _SweepProgress:
+        self._show()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
+
+    def _show(self) -> None:
+        self.bar.set_postfix_str(f"{len(self.running)} running, {self.failed} failed")
+
+    def saw(self, line: str) -> None:
+        """Count the event a worker's ``[sweep]`` line reports, if any."""
+        m = self._LINE.match(line.strip())
+        if not m:
+            return
+        index, event = int(m.group(1)), next(g for g in m.groups()[1:] if g)
+        if event == "started":
+            self.running.add(index)
+        else:
+            self.running.discard(index)
+            self.failed += event == "failed"
+            if event == "done":
+                self.bar.update(1)
+        self._show()
+
+    def write(self, text: str, log) -> None:
+        """`text` (a line) to `log`, above the bar when both are on the same stream."""
+        if self.bar.disable:
+            print(text, end="", file=log, flush=True)
+        else:
+            tqdm.write(text, file=log, end="")
+            log.flush()
+
+
+def _relay(procs: list[subprocess.Popen], log_dir: Path, log, bar: _SweepProgress | None = None) -> None:
+    """Append each worker's stderr to ``log_dir/worker-K.log`` and copy its ``[sweep]`` lines to ``log``
+    (above `bar`, which counts them), until every worker exits."""
     import selectors
 
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -283,7 +345,11 @@ def _relay(procs: list[subprocess.Popen], log_dir: Path, log) -> None:
                 files[key.data].write(line)
                 files[key.data].flush()
                 if line.startswith("[sweep]"):
-                    print(f"[w{key.data}] {line}", end="", file=log, flush=True)
+                    if bar is None:
+                        print(f"[w{key.data}] {line}", end="", file=log, flush=True)
+                    else:
+                        bar.saw(line)
+                        bar.write(f"[w{key.data}] {line}", log)
     finally:
         for f in files:
             f.close()

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -42,6 +43,7 @@ import numpy as np
 from jax import lax
 from numpyro.infer.hmc_util import IntegratorState, build_tree, euclidean_kinetic_energy, velocity_verlet
 from numpyro.infer.util import constrain_fn, potential_energy
+from tqdm import tqdm
 
 from scalinfer.errors import ModelError
 from scalinfer.inference.compiled import join_kwargs, program, split_kwargs
@@ -179,12 +181,34 @@ def _cast(tree, dtype):
     return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x, tree)
 
 
+class _Loop(NamedTuple):
+    """What the loop over warmup + sampling carries from one iteration (and one chunk of iterations) to the
+    next: the chain, the adaptation and the parameters it set, the draws of w and their `NutsStats` so far,
+    and each warmup iteration's tree size and step size."""
+
+    chain: ChainState
+    adaptation: Any
+    parameters: NutsParameters
+    draws: jax.Array
+    stats: NutsStats
+    warm_steps: jax.Array
+    warm_step_size: jax.Array
+
+
 def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig):
-    """One chain: (rng_key, init w, preconditioner, data) -> (constrained draws (samples, ...), stats)."""
+    """One chain, in chunks: ``(rng_key, init w, preconditioner, data, loop, start, stop) -> (loop,
+    constrained draws (samples, ...), stats)``.
+
+    The program runs iterations ``start`` to ``stop`` of warmup + sampling, carrying `_Loop` in and out; at
+    ``start == 0`` it ignores the `loop` given (any value of its shapes, `_loop_shapes`) and starts the chain at
+    ``init w``. The constrained draws and the stats are computed when ``stop`` is the last iteration (zeros
+    before). One chunk of every iteration is the whole run; a few chunks let the caller report progress
+    between them with the same compiled program, and the same numbers: the chunks run the same loop body on
+    the same carry."""
     dtype = None if config.potential_dtype is None else jnp.dtype(config.potential_dtype)
     warmup, samples = config.warmup, config.samples
 
-    def scalinfer_nuts(rng_key, init_w, preconditioner: Preconditioner, data):
+    def parts(rng_key, init_w, preconditioner: Preconditioner, data):
         kwargs = join_kwargs(_cast(data, dtype), static)  # the potential's data in its precision, cast once
 
         def potential(w):
@@ -193,21 +217,24 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig):
         init, step = nuts_kernel(potential, max(config.max_tree_depth, config.warmup_tree_depth))
         adapt_init, adapt_update, adapt_final = window_adaptation(warmup, init_w.shape[0], config.adapt,
                                                                   config.target_accept)
-        # the keys of NumPyro's HMC: one for the model's initialisation (unused here), three at the kernel's
-        # initialisation, of which the first is the chain's
-        chain = init(init_w, jax.random.split(jax.random.split(rng_key)[0], 3)[0])
-        adaptation = adapt_init()
-        ftype, itype = jnp.result_type(float), jnp.result_type(int)
-        draws = jnp.zeros((samples,) + init_w.shape, init_w.dtype)
-        stats = NutsStats(*(jnp.zeros(samples, t) for t in (bool, itype, ftype, ftype)))
-        # warmup's tree sizes and step sizes (one slot at least: JAX refuses even a dropped write into an
-        # empty array; sliced off below)
-        warm_steps, warm_step_size = jnp.zeros(max(warmup, 1), itype), jnp.zeros(max(warmup, 1), ftype)
+
+        def fresh() -> _Loop:
+            # the keys of NumPyro's HMC: one for the model's initialisation (unused here), three at the kernel's
+            # initialisation, of which the first is the chain's
+            chain = init(init_w, jax.random.split(jax.random.split(rng_key)[0], 3)[0])
+            adaptation = adapt_init()
+            ftype, itype = jnp.result_type(float), jnp.result_type(int)
+            draws = jnp.zeros((samples,) + init_w.shape, init_w.dtype)
+            stats = NutsStats(*(jnp.zeros(samples, t) for t in (bool, itype, ftype, ftype)))
+            # warmup's tree sizes and step sizes (one slot at least: JAX refuses even a dropped write into an
+            # empty array; sliced off below)
+            warm_steps, warm_step_size = jnp.zeros(max(warmup, 1), itype), jnp.zeros(max(warmup, 1), ftype)
+            return _Loop(chain, adaptation, adaptation.parameters, draws, stats, warm_steps, warm_step_size)
 
         # one loop over warmup + sampling, writing draw i - warmup (warmup iterations write slot 0, which the
         # first draw overwrites): one copy of the NUTS transition in the program, not one per phase
-        def body(i, carry):
-            chain, adaptation, parameters, draws, stats, warm_steps, warm_step_size = carry
+        def body(i, loop: _Loop) -> _Loop:
+            chain, adaptation, parameters, draws, stats, warm_steps, warm_step_size = loop
             depth = jnp.where(i < warmup, config.warmup_tree_depth, config.max_tree_depth)
             chain, info = step(chain, parameters, depth)
             warm_steps = warm_steps.at[i].set(info.num_steps, mode="drop")
@@ -222,48 +249,96 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig):
             j = jnp.maximum(i - warmup, 0)
             draws = lax.dynamic_update_index_in_dim(draws, chain.position, j, 0)
             stats = jax.tree.map(lambda b, x: lax.dynamic_update_index_in_dim(b, x.astype(b.dtype), j, 0), stats, info)
-            return chain, adaptation, parameters, draws, stats, warm_steps, warm_step_size
+            return _Loop(chain, adaptation, parameters, draws, stats, warm_steps, warm_step_size)
 
-        carry = (chain, adaptation, adaptation.parameters, draws, stats, warm_steps, warm_step_size)
-        *_, draws, stats, warm_steps, warm_step_size = lax.fori_loop(0, warmup + samples, body, carry)
+        return fresh, body
+
+    def constrained(loop: _Loop, preconditioner: Preconditioner, data):
         full = join_kwargs(data, static)
-        constrained = jax.vmap(
-            lambda w: constrain_fn(model_fn, (), full, preconditioner.to_z(w), return_deterministic=True))(draws)
-        return constrained, {**stats._asdict(), "warmup_num_steps": warm_steps[:warmup],
-                             "warmup_step_size": warm_step_size[:warmup]}
+        draws = jax.vmap(
+            lambda w: constrain_fn(model_fn, (), full, preconditioner.to_z(w), return_deterministic=True))(loop.draws)
+        return draws, {**loop.stats._asdict(), "warmup_num_steps": loop.warm_steps[:warmup],
+                       "warmup_step_size": loop.warm_step_size[:warmup]}
 
-    return scalinfer_nuts
+    def scalinfer_nuts(rng_key, init_w, preconditioner: Preconditioner, data, loop: _Loop, start, stop):
+        fresh, body = parts(rng_key, init_w, preconditioner, data)
+        loop = lax.cond(start == 0, lambda _: fresh(), lambda given: given, loop)
+        loop = lax.fori_loop(start, stop, body, loop)
+        shapes = jax.eval_shape(constrained, loop, preconditioner, data)
+        out = lax.cond(stop == warmup + samples, lambda: constrained(loop, preconditioner, data),
+                       lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
+        return loop, *out
+
+    def loop_shapes(rng_key, init_w, preconditioner: Preconditioner, data) -> _Loop:
+        return jax.eval_shape(lambda *a: parts(*a)[0](), rng_key, init_w, preconditioner, data)
+
+    return scalinfer_nuts, loop_shapes
 
 
 @program
 def _nuts_program(model_fn, static, config: NutsConfig, chains: int, parallel: bool):
-    """The compiled program: one chain (`jax.jit`), or `chains` chains on as many devices. The parallel form
-    is what `jax.pmap(chain, in_axes=(0, 0, None, None))` is in this JAX (a `jit` of a `shard_map` over a
-    mesh of the devices), written out so that the program keeps its name in JAX's compile logs and cache."""
-    fn = _chain_fn(model_fn, static, config)
+    """The compiled program, the shapes of what its loop carries (`_chain_fn`) and where that goes (None: the
+    default device): one chain (`jax.jit`), or `chains` chains on as many devices, the loop split over them
+    as the program returns it (so that the chunks after the first do not compile again). The parallel form is what ``jax.pmap(chain, in_axes=(0, 0, None,
+    None, 0, None, None))`` is in this JAX (a `jit` of a `shard_map` over a mesh of the devices), written out
+    so that the program keeps its name in JAX's compile logs and cache."""
+    fn, loop_shapes = _chain_fn(model_fn, static, config)
     if not parallel:
-        return jax.jit(fn)
-    from jax.sharding import Mesh, PartitionSpec
+        return jax.jit(fn), loop_shapes, None
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     mesh = Mesh(np.array(jax.local_devices()[:chains]), ("chain",))
 
-    def one_chain_per_device(keys, init_w, preconditioner, data):
-        out = fn(keys[0], init_w[0], preconditioner, data)
+    def one_chain_per_device(keys, init_w, preconditioner, data, loop, start, stop):
+        out = fn(keys[0], init_w[0], preconditioner, data, jax.tree.map(lambda x: x[0], loop), start, stop)
         return jax.tree.map(lambda x: x[None], out)
 
-    def scalinfer_nuts_chains(keys, init_w, preconditioner, data):
+    def scalinfer_nuts_chains(keys, init_w, preconditioner, data, loop, start, stop):
         chain, everywhere = PartitionSpec("chain"), PartitionSpec()
-        return jax.shard_map(one_chain_per_device, mesh=mesh, in_specs=(chain, chain, everywhere, everywhere),
-                             out_specs=chain, check_vma=False)(keys, init_w, preconditioner, data)
+        return jax.shard_map(one_chain_per_device, mesh=mesh,
+                             in_specs=(chain, chain, everywhere, everywhere, chain, everywhere, everywhere),
+                             out_specs=chain, check_vma=False)(keys, init_w, preconditioner, data, loop, start, stop)
 
-    return jax.jit(scalinfer_nuts_chains)
+    return jax.jit(scalinfer_nuts_chains), loop_shapes, NamedSharding(mesh, PartitionSpec("chain"))
+
+
+#: chunks of warmup and of sampling each, when progress is shown (one chunk of each phase's iterations
+#: costs a return to Python: ~0.1 ms, against milliseconds per NUTS iteration)
+PROGRESS_CHUNKS = 10
+
+
+def _chunks(warmup: int, samples: int, progress: bool) -> list[tuple[int, int]]:
+    """(start, stop) of the program's calls: the whole run at once, or with progress `PROGRESS_CHUNKS` chunks
+    of warmup and as many of sampling."""
+    if not progress:
+        return [(0, warmup + samples)]
+    edges = np.unique(np.concatenate([np.linspace(0, warmup, PROGRESS_CHUNKS + 1),
+                                      np.linspace(warmup, warmup + samples, PROGRESS_CHUNKS + 1)]).round())
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def _run_chunks(run, args, loop, warmup: int, samples: int, chunks, bar) -> tuple:
+    """Call the program over `chunks`, updating `bar` (tqdm) after each with the phase and the divergent
+    draws so far; returns its last output (draws, stats)."""
+    diverging = 0
+    for start, stop in chunks:
+        loop, draws, stats = run(*args, loop, start, stop)
+        if bar.disable:
+            continue
+        if stop > warmup:  # the sampled draws' divergences (warmup iterations write slot 0, overwritten)
+            diverging = int(np.asarray(loop.stats.diverging)[..., :stop - warmup].sum())
+        bar.set_description_str(f"{bar.desc.split(':')[0]}: {'warmup' if stop <= warmup else 'sampling'}",
+                                refresh=False)
+        bar.set_postfix_str(f"{diverging} divergent", refresh=False)
+        bar.update(stop - start)
+    return draws, stats
 
 
 def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict[str, Any], *, chains: int,
              warmup: int, samples: int, seed: int = 0, adapt: str = "dense", target_accept: float = 0.8,
              max_tree_depth: int = 10, warmup_tree_depth: int | None = None, chain_method: str = "parallel",
-             preconditioner: Preconditioner | None = None,
-             potential_dtype: str | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+             preconditioner: Preconditioner | None = None, potential_dtype: str | None = None,
+             progress: bool | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Run NUTS on `model_fn` with `model_kwargs` as data.
 
     Parameters
@@ -282,6 +357,10 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     potential_dtype : evaluate the potential and its gradient in this float type (e.g. ``"float32"``: the
         data are cast once, the position at each evaluation); the integrator, the adaptation and the
         constrained draws keep the data's type. None: the data's type.
+    progress : a progress bar on stderr (iterations done of warmup + sampling, divergent draws so far, elapsed
+        time and an estimate of what is left); None (default): only when stderr is a terminal. The run then
+        goes in `PROGRESS_CHUNKS` chunks of warmup and as many of sampling, calls of the same compiled program
+        that give the same draws, bit for bit, as one call.
 
     Returns
     -------
@@ -310,10 +389,25 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     key = jax.random.PRNGKey(seed)
     keys = jax.random.split(key, chains) if chains > 1 else key[None]  # as numpyro.infer.MCMC.run
     parallel = chain_method == "parallel" and chains > 1
-    run = _nuts_program(model_fn, static, config, int(chains), parallel)
-    if parallel:
-        draws, stats = jax.device_get(run(keys, init_w, preconditioner, data))
-    else:
-        outs = [jax.device_get(run(keys[c], init_w[c], preconditioner, data)) for c in range(chains)]
-        draws, stats = jax.tree.map(lambda *xs: np.stack(xs), *outs)
+    run, loop_shapes, loop_sharding = _nuts_program(model_fn, static, config, int(chains), parallel)
+    shapes = loop_shapes(jax.ShapeDtypeStruct(keys.shape[1:], keys.dtype), init_w[0], preconditioner, data)
+    loop = jax.tree.map(lambda s: np.zeros(((chains,) if parallel else ()) + s.shape, s.dtype), shapes)
+    if loop_sharding is not None:  # as the program returns it (an empty array, which XLA leaves unsplit, whole)
+        loop = jax.tree.map(lambda x: jax.device_put(x, loop_sharding if x.size else loop_sharding.update(
+            spec=jax.sharding.PartitionSpec())), loop)
+    show = sys.stderr is not None and sys.stderr.isatty() if progress is None else bool(progress)
+    chunks = _chunks(int(warmup), int(samples), show)
+    total = int(warmup) + int(samples)
+    with tqdm(total=total * (1 if parallel else chains), file=sys.stderr, disable=not show, unit="it",
+              dynamic_ncols=True, desc=f"NUTS, {chains} chains", leave=True) as bar:
+        if parallel:
+            outs = [_run_chunks(run, (keys, init_w, preconditioner, data), loop, warmup, samples, chunks, bar)]
+        else:
+            outs = []
+            for c in range(chains):
+                bar.set_description_str(f"NUTS, chain {c + 1} of {chains}", refresh=False)
+                outs.append(_run_chunks(run, (keys[c], init_w[c], preconditioner, data), loop, warmup, samples,
+                                        chunks, bar))
+    outs = jax.device_get(outs)
+    draws, stats = outs[0] if parallel else jax.tree.map(lambda *xs: np.stack(xs), *outs)
     return {k: np.asarray(v) for k, v in draws.items()}, {k: np.asarray(v) for k, v in stats.items()}
