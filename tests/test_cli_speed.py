@@ -48,6 +48,8 @@ def test_summary_and_predict_do_not_import_the_trainer(tmp_path):
     for argv in (["summary", str(fit), "--json"], ["predict", str(fit), "--N", "1e10", "--D", "2e11", "--json"]):
         names = _imported("from scalinfer.cli import main", f"assert main({argv!r}) == 0")
         assert not names & {"orbax", "scalinfer.train", "matplotlib", "optax"}, (argv, sorted(names))
+        if argv[0] == "summary":  # the file carries its summary: no model code, no diagnostics library
+            assert not names & {"jax", "numpyro", "arviz_stats", "scipy"}, (argv, sorted(names))
 
 
 def test_the_parsers_names_are_the_librarys():

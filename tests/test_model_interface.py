@@ -14,7 +14,7 @@ import pytest
 
 import scalinfer
 from scalinfer.errors import FitFileError, ModelError
-from scalinfer.models import MODEL_NAMES, get_model
+from scalinfer.models import MODEL_NAMES, get_model, model_version
 from scalinfer.models.base import LossCurve, Model
 
 
@@ -29,6 +29,12 @@ def test_every_model_is_a_frozen_dataclass_of_its_options(name):
         m.name_of_no_field = 1  # type: ignore[attr-defined]
     with pytest.raises(ModelError, match=f"model '{name}' takes .*not colour"):
         m.with_options(colour="red")
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_the_registry_knows_each_models_version(name):
+    """Reading a fit file checks the model's version against the registry, without importing the model."""
+    assert model_version(name) == get_model(name).version
 
 
 def test_unknown_option_names_the_valid_ones():

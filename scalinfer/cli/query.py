@@ -28,10 +28,9 @@ __all__ = ["register", "cmd_summary", "cmd_predict", "cmd_plot"]
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
-    from scalinfer.inference import load_fit
+    from scalinfer.inference import read_summary
 
-    f = load_fit(args.fit)
-    s = f.summary_dict()
+    s = read_summary(args.fit)
     if args.json:
         s.pop("parameters")
         print_json(s)

@@ -25,12 +25,12 @@ import pandas as pd
 from scalinfer import __version__
 from scalinfer.errors import FitFileError, ModelError
 from scalinfer.runtime import chain_method_for, float64
-from scalinfer.models import get_model
+from scalinfer.models import get_model, model_version
 from scalinfer.models.base import Model
 from scalinfer.predict import Prediction
 from scalinfer.runs.schema import RunTable
 
-__all__ = ["Fit", "fit", "load_fit", "FILE_FORMAT", "METHODS"]
+__all__ = ["Fit", "fit", "load_fit", "read_summary", "FILE_FORMAT", "METHODS"]
 
 FILE_FORMAT = "scalinfer.fit/1"
 METHODS = ("nuts", "map", "laplace", "bootstrap")
@@ -91,7 +91,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     if method == m.default_method != "nuts":  # the model's own fitting method (classic: bootstrap)
         draws, stats = m.fit_draws(data, constants, samples=samples * chains, seed=seed)
         tree = _to_tree(m, runs, data, constants, {k: v[None] for k, v in draws.items()}, stats, None, method)
-        return Fit(tree, timings={"total_s": time.perf_counter() - t0})
+        return Fit(tree, timings={"total_s": time.perf_counter() - t0}, model=m)
     if method == "bootstrap":
         raise ModelError(f"model {m.name!r} is Bayesian: use --method nuts, map or laplace")
 
@@ -109,12 +109,12 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     if method == "map":
         draws = {k: np.asarray(v)[None, None] for k, v in point.params.items()}
         tree = _to_tree(m, runs, data, constants, draws, None, kwargs, method, extra)
-        return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map})
+        return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map}, model=m)
     if method == "laplace":
         d, _ = laplace_draws(point, samples * chains, seed=seed)
         draws = {k: v.reshape(chains, samples, *v.shape[1:]) for k, v in d.items()}
         tree = _to_tree(m, runs, data, constants, draws, None, kwargs, method, extra)
-        return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map})
+        return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map}, model=m)
 
     from scalinfer.inference.nuts import run_nuts
 
@@ -140,7 +140,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     stats.pop("warmup_step_size")  # run_nuts's adaptation trace: the fit keeps only what warmup cost
     _log(f"{m.name}: NUTS took {t_nuts:.1f} s", quiet)
     tree = _to_tree(m, runs, data, constants, draws, stats, kwargs, method, extra)
-    return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map, "nuts_s": t_nuts})
+    return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map, "nuts_s": t_nuts}, model=m)
 
 
 def _preconditioner(point):
@@ -323,11 +323,18 @@ class Fit:
     >>> fit.predict(N=7e10, D=1.4e12).to_dict()["loss"]          # doctest: +SKIP
     """
 
-    def __init__(self, tree, timings: dict[str, float] | None = None):
+    def __init__(self, tree, timings: dict[str, float] | None = None, model: Model | None = None):
         self.tree = tree
         self.timings = dict(timings or {})
-        #: the model fitted, options included
-        self.model = _fitted_model(self.attrs)
+        self._model = model
+
+    @property
+    def model(self) -> Model:
+        """The model fitted, options included (for a reopened fit, built from the file's attributes on first
+        use: reading a saved summary needs no model code)."""
+        if self._model is None:
+            self._model = _fitted_model(self.attrs)
+        return self._model
 
     # ---- what it holds -------------------------------------------------------------------------------
     @property
@@ -443,7 +450,11 @@ class Fit:
         return out
 
     def summary_dict(self) -> dict[str, Any]:
-        """The `scalinfer summary --json` object."""
+        """The `scalinfer summary --json` object. A saved fit carries it (root attribute ``summary_json``,
+        written by `save` from the same posterior), so that reading it back needs neither the model's code
+        nor the diagnostics library."""
+        if "summary_json" in self.tree.attrs:
+            return json.loads(str(self.tree.attrs["summary_json"]))
         s = self.summary()
         return {"model": self.attrs["model"], "method": self.method, "n_runs": int(self.attrs["n_runs"]),
                 "divergences": self.divergences, "parameters": s, **s, "warnings": self.warnings(s)}
@@ -498,6 +509,7 @@ class Fit:
         """Write the fit as one netCDF file, atomically (a temp file in the same folder, then rename)."""
         from scalinfer._io import atomic_write_with
 
+        self.tree.attrs["summary_json"] = json.dumps(self.summary_dict())
         return atomic_write_with(path, lambda tmp: self.tree.to_netcdf(tmp, engine="h5netcdf"))
 
     def __repr__(self) -> str:
@@ -507,9 +519,25 @@ class Fit:
 
 def load_fit(path: str | os.PathLike) -> Fit:
     """Reopen a fit saved by `Fit.save`. Raises `FitFileError` naming the problem if it is not one."""
+    fit = Fit(_open(Path(path)))
+    _build_model(Path(path), fit)
+    return fit
+
+
+def read_summary(path: str | os.PathLike) -> dict[str, Any]:
+    """`Fit.summary_dict` of a saved fit, read from the file without the model's code (a file written before
+    fits carried their summary is loaded in full and summarised). Raises `FitFileError` as `load_fit`."""
+    fit = Fit(_open(Path(path)))
+    if "summary_json" not in fit.tree.attrs:
+        _build_model(Path(path), fit)
+    return fit.summary_dict()
+
+
+def _open(path: Path):
+    """The checked DataTree of a fit file: netCDF, scalinfer's format, the groups a fit has, and a model of
+    this scalinfer's version (checked against the registry, without importing the model)."""
     import xarray as xr
 
-    path = Path(path)
     if not path.exists():
         raise FitFileError(f"{path}: no such file")
     try:
@@ -524,13 +552,21 @@ def load_fit(path: str | os.PathLike) -> Fit:
     for g in ("posterior", "constant_data"):
         if g not in tree.children:
             raise FitFileError(f"{path}: the {g!r} group is missing")
-    model = get_model(str(tree.attrs.get("model")))
-    if str(tree.attrs.get("model_version")) != model.version:
-        raise FitFileError(
-            f"{path}: written by model {model.name!r} version {tree.attrs.get('model_version')}, this scalinfer "
-            f"has version {model.version}; refit with this version")
+    name = str(tree.attrs.get("model"))
     try:
-        return Fit(tree)
+        version = model_version(name)
+    except ModelError as e:
+        raise FitFileError(f"{path}: {e}") from None
+    if str(tree.attrs.get("model_version")) != version:
+        raise FitFileError(
+            f"{path}: written by model {name!r} version {tree.attrs.get('model_version')}, this scalinfer "
+            f"has version {version}; refit with this version")
+    return tree
+
+
+def _build_model(path: Path, fit: Fit) -> None:
+    try:
+        fit.model
     except (ModelError, ValueError) as e:  # options this scalinfer's model does not take, or unreadable JSON
-        raise FitFileError(f"{path}: the model's options {tree.attrs.get('model_options')!r} do not fit this "
-                           f"scalinfer's {model.name!r} ({e})") from None
+        raise FitFileError(f"{path}: the model's options {fit.tree.attrs.get('model_options')!r} do not fit "
+                           f"this scalinfer's {fit.tree.attrs.get('model')!r} ({e})") from None

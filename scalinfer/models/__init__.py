@@ -23,16 +23,18 @@ import importlib
 from scalinfer.errors import ModelError
 from scalinfer.models.base import LossCurve, Model
 
-__all__ = ["Model", "LossCurve", "get_model", "MODEL_NAMES"]
+__all__ = ["Model", "LossCurve", "get_model", "model_version", "MODEL_NAMES"]
 
-# name -> "module:attribute"; imported on first use so `import scalinfer` stays light
+# name -> ("module:attribute", version); imported on first use so `import scalinfer` stays light. The version
+# is the model's `version` (tests/test_model_interface.py checks they agree): reading a fit file checks it
+# without importing the model's code, so that `scalinfer summary` needs neither JAX nor NumPyro.
 _REGISTRY = {
-    "chinchilla": "scalinfer.models.chinchilla:MODEL",
-    "surface": "scalinfer.models.surface:MODEL",
-    "classic": "scalinfer.models.classic:MODEL",
-    "batch-openai": "scalinfer.models.batch:OPENAI",
-    "batch-wsd": "scalinfer.models.batch:WSD",
-    "batch-floor": "scalinfer.models.batch:FLOOR",
+    "chinchilla": ("scalinfer.models.chinchilla:MODEL", "1"),
+    "surface": ("scalinfer.models.surface:MODEL", "1"),
+    "classic": ("scalinfer.models.classic:MODEL", "1"),
+    "batch-openai": ("scalinfer.models.batch:OPENAI", "1"),
+    "batch-wsd": ("scalinfer.models.batch:WSD", "1"),
+    "batch-floor": ("scalinfer.models.batch:FLOOR", "1"),
 }
 MODEL_NAMES = tuple(_REGISTRY)
 
@@ -43,8 +45,15 @@ def get_model(name: str | Model) -> Model:
         return name
     if name not in _REGISTRY:
         raise ModelError(f"unknown model {name!r} (one of: {', '.join(MODEL_NAMES)})")
-    module, attr = _REGISTRY[name].split(":")
+    module, attr = _REGISTRY[name][0].split(":")
     try:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
         raise ModelError(f"model {name!r} is not available in this installation ({e})") from None
+
+
+def model_version(name: str) -> str:
+    """The version of the model registered under `name`, without importing its code."""
+    if name not in _REGISTRY:
+        raise ModelError(f"unknown model {name!r} (one of: {', '.join(MODEL_NAMES)})")
+    return _REGISTRY[name][1]
