@@ -8,6 +8,7 @@
     scalinfer plot FIT.nc KIND -o FILE
     scalinfer recommend FIT.nc --N X --D Y [--batch B | --max-batch B] [--excess X] [--prob Q] [--lr A]
                         [--json] [--strict]
+    scalinfer suggest FIT.nc --N X --D Y [--candidates RUNS.csv] [--top K] [--out RANKED.csv] [--json]
     scalinfer simulate MODEL -o RUNS.csv
     scalinfer quickstart
     scalinfer compare FIT1.nc FIT2.nc ...          scalinfer schedule FIT.nc --N X --D Y

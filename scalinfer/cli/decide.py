@@ -1,20 +1,24 @@
-"""``scalinfer recommend``: the peak LR and batch to run at a target, from a ``surface`` fit.
+"""``scalinfer recommend`` and ``scalinfer suggest``: from a ``surface`` fit to a decision at a target.
 
     scalinfer recommend FIT.nc --N X --D Y [--batch B | --max-batch B] [--excess 0.005] [--prob 0.9]
                         [--lr A] [--ci 0.9] [--json]
+    scalinfer suggest FIT.nc --N X --D Y [--candidates RUNS.csv] [--target lr_opt] [--top 10] [--out RANKED.csv]
+                      [--json]
 
-The point of lowest posterior expected loss beside the median optimum, the near-optimal region, the expected
-excess loss and what a batch costs; with ``--lr`` (and ``--batch``) the user's own choice
-(`scalinfer.decide.recommend`, whose docstring defines each quantity).
+``recommend``: the point of lowest posterior expected loss beside the median optimum, the near-optimal region,
+the expected excess loss and what a batch costs; with ``--lr`` (and ``--batch``) the user's own choice
+(`scalinfer.decide.recommend`, whose docstring defines each quantity). ``suggest``: the calibration runs to buy
+next, ranked by the expected reduction of the target's posterior variance per FLOP (`scalinfer.suggest`);
+``--candidates`` is a CSV with columns N, D, lr, batch (default: a grid around the fit's design).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from scalinfer.cli._args import add_strict, exit_code, fit_path, positive, print_json
+from scalinfer.cli._args import add_force, add_strict, count, exit_code, fit_path, positive, print_json
 
-__all__ = ["register", "cmd_recommend"]
+__all__ = ["register", "cmd_recommend", "cmd_suggest"]
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
@@ -29,6 +33,35 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     else:
         print(r.to_text())
     return exit_code(args, r.warnings)
+
+
+def cmd_suggest(args: argparse.Namespace) -> int:
+    from scalinfer._io import atomic_write_with, check_output
+    from scalinfer.errors import ScalinferError
+    from scalinfer.inference import load_fit
+    from scalinfer.suggest import suggest
+
+    if args.out:
+        check_output(args.out, inputs=[args.fit, args.candidates], force=args.force, what="ranked candidates")
+    cands = None
+    if args.candidates:
+        import pandas as pd
+
+        from scalinfer.suggest import check_candidates
+
+        try:
+            table = pd.read_csv(args.candidates)
+        except (OSError, ValueError) as e:
+            raise ScalinferError(f"--candidates {args.candidates}: not a readable CSV ({e})") from None
+        cands = check_candidates(table)
+    s = suggest(load_fit(args.fit), args.N, args.D, cands, target=args.target, ci=args.ci)
+    if args.out:
+        atomic_write_with(args.out, lambda tmp: s.table.to_csv(tmp, index=False))
+    if args.json:
+        print_json(s.to_dict(args.top))
+    else:
+        print(s.to_text(args.top))
+    return exit_code(args, s.warnings)
 
 
 def _fraction(text: str) -> float:
@@ -59,3 +92,20 @@ def register(subparsers) -> None:
     s.add_argument("--json", action="store_true")
     add_strict(s)
     s.set_defaults(func=cmd_recommend)
+
+    s = subparsers.add_parser("suggest", help="the calibration runs to buy next: expected variance cut of the "
+                                              "target's log lr_opt per FLOP (surface fits)")
+    s.add_argument("fit", type=fit_path, help="a fit file of the surface model")
+    s.add_argument("--N", type=positive, required=True, help="target parameters (as fitted: non-embedding)")
+    s.add_argument("--D", type=positive, required=True, help="target training tokens")
+    s.add_argument("--candidates", help="CSV of candidate runs with columns N, D, lr, batch (tokens per step); "
+                                        "default: a grid around the fit's design")
+    s.add_argument("--target", default="lr_opt", choices=("lr_opt", "batch_loss_opt", "loss_opt"),
+                   help="the quantity at the target whose log variance to cut (default lr_opt)")
+    s.add_argument("--top", type=count, default=10, help="how many candidates to print (default 10)")
+    s.add_argument("--out", help="write every candidate, ranked, as CSV")
+    add_force(s)
+    s.add_argument("--ci", type=_fraction, default=0.9, help="credible mass of the interval widths (default 0.9)")
+    s.add_argument("--json", action="store_true")
+    add_strict(s)
+    s.set_defaults(func=cmd_suggest)

@@ -1,0 +1,302 @@
+r"""Which calibration run to buy next: the preposterior value of a candidate run, per FLOP.
+
+For a ``surface`` fit (`scalinfer.models.surface`) and a target (N, D), the quantity to learn is
+:math:`g = \log \eta^*` at the target (``lr_opt`` by default; any of ``predict``'s positive quantities at the
+target, e.g. ``batch_opt``, by `target`), per posterior draw, for a new setting at the target (its own offsets,
+as ``predict`` draws them). A candidate run c = (N_c, D_c, lr_c, B_c) would add one observation
+:math:`y_c = \log L_c`. Its value is the *expected reduction of the posterior variance of g* once y_c is
+known, before it is known (the preposterior analysis):
+
+.. math::
+
+    R(c) = \mathrm{Var}(g) - E_{y_c}\big[\mathrm{Var}(g \mid y_c)\big], \qquad
+    \text{score}(c) = R(c) / (6 N_c D_c)
+
+(variance in squared natural-log units, per training FLOP of the candidate). No refit per candidate: the
+posterior after y_c is the current draws reweighted by the candidate's likelihood (importance sampling),
+
+.. math::
+
+    w_d \propto p(y_c \mid \theta_d) = t_{\nu_d}\big(y_c;\ \mu_d(c),\ \sigma_{0,d} + \sigma_{1,d}\, e_d(c)\big)
+
+the model's own likelihood of a converged run (`scalinfer.models.surface.model`: mean log loss
+:math:`\mu_d(c)` and its excess over the setting's optimum :math:`e_d(c)`). The outcome is simulated from
+the posterior predictive: for K draws k, :math:`y_k = \mu_k(c) + \sigma_k(c)\, t_{\nu_k}`, and
+
+.. math::
+
+    E[\mathrm{Var}(g \mid y_c)] \approx \frac1K \sum_k \widehat{\mathrm{Var}}_{w^{(k)}}(g), \qquad
+    \widehat{\mathrm{Var}}_w(g) = \frac{\sum_d w_d (g_d - \bar g_w)^2}{1 - \sum_d w_d^2}
+
+with draw k's own weight set to 0 (the outcome was simulated from it, so it would vouch for itself), and the
+weighted variance's small-sample correction (the denominator, weights normalised): without both, a candidate
+that cannot inform g (reweighting that is independent of g) would still seem to shrink the variance by about
+Var(g) / ESS. With them it scores ~0, up to Monte Carlo noise of that order. ``width_after`` is the expected
+``ci`` interval width of g after (weighted quantiles, averaged over k), as a factor (hi / lo, natural scale).
+
+Which offsets the candidate's setting has. A candidate at a setting of the fit (its (N, D) within 0.5% of a
+fitted setting's) uses that setting's posterior offsets (eps_lr, eps_b, ell and its size's level), so it is
+correlated with what the fit already knows there; a candidate at the target's (N, D) shares the target's new
+setting (a run at the target informs the target's own offsets); any other candidate is a new setting with its
+own offsets (`scalinfer.models.surface.predict`, an independent seed per setting).
+
+Assumptions: the candidate converges (a diverged run carries less: for candidates far above the optimum the
+score is an upper bound); the importance weights are only as good as the draws cover the updated posterior
+(``ess`` reports the mean effective sample size of the weights: far below 100, the candidate is so informative
+that the reweighted variance is noisy: its ranking stands, its ``width_after`` is rough).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scalinfer.errors import ModelError
+from scalinfer.runtime import float64
+
+__all__ = ["suggest", "Suggestion", "default_candidates", "check_candidates", "CANDIDATE_COLUMNS"]
+
+#: the columns of a candidate table (a CSV for ``scalinfer suggest --candidates``): model size, tokens, peak
+#: LR, batch in tokens per step
+CANDIDATE_COLUMNS = ("N", "D", "lr", "batch")
+_SAME = math.log(1.005)  # two sizes (token counts) within 0.5% are the same
+
+
+@dataclasses.dataclass(frozen=True)
+class Suggestion:
+    """What `suggest` returns: ``table`` (one row per candidate, best first: ``N``, ``D``, ``lr``, ``batch``,
+    ``flops`` = 6 N D, ``setting`` (``fitted``, ``target`` or ``new``), ``variance_reduction`` (R, squared log
+    units), ``score`` (R per FLOP), ``width_after`` (expected hi/lo of g's interval after the run), ``ess``), the
+    target and ``quantity``, ``variance`` (Var(g) now) and ``width_now`` (hi/lo now), ``ci``, ``warnings``."""
+
+    table: pd.DataFrame
+    targets: dict[str, float]
+    quantity: str
+    variance: float
+    width_now: float
+    ci: float
+    warnings: tuple[str, ...] = ()
+
+    def top(self, k: int = 10) -> pd.DataFrame:
+        """The `k` best candidates."""
+        return self.table.head(k)
+
+    def to_dict(self, k: int | None = None) -> dict[str, Any]:
+        """The JSON answer: the target, the quantity, its variance and width now, and the ranked candidates (the
+        `k` best; all without `k`)."""
+        rows = (self.table if k is None else self.table.head(k)).to_dict(orient="records")
+        return {"targets": dict(self.targets), "quantity": self.quantity,
+                "definition": f"expected reduction of the posterior variance of log {self.quantity} at the target "
+                              "per training FLOP of the candidate (6 N D), by importance reweighting the draws "
+                              "with the candidate's simulated outcome",
+                "variance_now": self.variance, "width_now": self.width_now, "ci": self.ci,
+                "candidates": [{k_: (v.item() if hasattr(v, "item") else v) for k_, v in r.items()} for r in rows],
+                "warnings": list(self.warnings)}
+
+    def to_text(self, k: int = 10) -> str:
+        """The `k` best candidates as a table (what ``scalinfer suggest`` prints)."""
+        t = self.targets
+        lines = [f"target: log {self.quantity} at N {t['N']:.4g}, D {t['D']:.4g}: variance {self.variance:.3g}, "
+                 f"{100 * self.ci:g}% interval hi/lo {self.width_now:.3g} now",
+                 f"{'rank':>4} {'N':>10} {'D':>10} {'lr':>10} {'batch':>10} {'FLOPs':>10} {'setting':>8} "
+                 f"{'var cut':>9} {'per EFLOP':>10} {'hi/lo after':>11}"]
+        for i, r in enumerate(self.table.head(k).itertuples(index=False), 1):
+            lines.append(f"{i:>4} {r.N:>10.4g} {r.D:>10.4g} {r.lr:>10.4g} {r.batch:>10.4g} {r.flops:>10.3g} "
+                         f"{r.setting:>8} {r.variance_reduction:>9.3g} {r.score * 1e18:>10.3g} "
+                         f"{r.width_after:>11.3g}")
+        lines.extend(f"warning: {w}" for w in self.warnings)
+        return "\n".join(lines)
+
+
+def _check_fit(fit, who: str) -> None:
+    if fit.model.name != "surface":
+        raise ModelError(f"{who}: needs a fit of the surface model (LR and batch); this is a fit of "
+                         f"{fit.model.name!r}")
+    if fit.constants.get("design", 0.0):
+        raise ModelError(f"{who}: needs a fit of the full surface (a table that varies both LR and batch); this "
+                         "fit's table has one batch or one LR")
+
+
+def check_candidates(candidates) -> pd.DataFrame:
+    """A candidate table (DataFrame, or rows of (N, D, lr, batch)) as a float DataFrame of those four columns; a
+    missing column or a value that is not a positive finite number is a one-line `ModelError` naming it."""
+    df = candidates if isinstance(candidates, pd.DataFrame) else pd.DataFrame(
+        list(candidates), columns=list(CANDIDATE_COLUMNS))
+    missing = [c for c in CANDIDATE_COLUMNS if c not in df.columns]
+    if missing:
+        raise ModelError(f"suggest: the candidates lack column(s) {', '.join(missing)} (need "
+                         f"{', '.join(CANDIDATE_COLUMNS)})")
+    if not len(df):
+        raise ModelError("suggest: no candidates")
+    out = df[list(CANDIDATE_COLUMNS)].apply(pd.to_numeric, errors="coerce").astype(float)
+    bad = ~(np.isfinite(out.to_numpy()) & (out.to_numpy() > 0))
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise ModelError(f"suggest: candidate row {i} has {CANDIDATE_COLUMNS[j]} = {df.iloc[i, j]!r}; every N, D, "
+                         "lr, batch must be a positive finite number")
+    return out.reset_index(drop=True)
+
+
+def _settings(fit) -> tuple[np.ndarray, np.ndarray]:
+    """log N and log D of each fitted setting."""
+    c, cd = fit.constants, fit.tree["constant_data"]
+    return (np.asarray(cd["n_s"], float) * c["h_N"] + c["m_N"], np.asarray(cd["d_s"], float) * c["h_D"] + c["m_D"])
+
+
+def default_candidates(fit, N: float, D: float, lr_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
+                       batch_factors=(0.25, 1.0, 4.0), seed: int = 0) -> pd.DataFrame:
+    """A grid around the current design: at each fitted (N, D) setting and at one size step beyond the largest
+    (2x its N at the same tokens per parameter), batches `batch_factors` x the posterior median B* there and at
+    each batch LRs `lr_factors` x the median best LR at that batch."""
+    _check_fit(fit, "suggest")
+    log_n, log_d = _settings(fit)
+    pts = sorted({(float(f"{np.exp(a):.6g}"), float(f"{np.exp(b):.6g}")) for a, b in zip(log_n, log_d)})
+    big = max(pts)
+    pts.append((2 * big[0], 2 * big[1]))
+    rows = []
+    for n, d in pts:
+        b_star = float(np.median(fit.model.predict(fit.draws(), fit.constants, N=n, D=d, seed=seed)["batch_opt"]))
+        bs = b_star * np.asarray(batch_factors, float)
+        ridge = fit.model.predict(fit.draws(), fit.constants, N=n, D=d, batch=bs, seed=seed)["lr_opt_at_batch"]
+        for b, lr0 in zip(bs, np.median(ridge, 0)):
+            rows += [(n, d, lr0 * f, b) for f in lr_factors]
+    return pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS))
+
+
+def _fitted_terms(fit, draws, idx: int, lr: np.ndarray, batch: np.ndarray):
+    """(mean log loss, excess) per draw x candidate at fitted setting `idx`: the model's own surface there."""
+    from scalinfer.models.surface.loss import surface_terms
+
+    c, cd = fit.constants, fit.tree["constant_data"]
+    n_s, d_s = (np.asarray(cd[k], float) for k in ("n_s", "d_s"))
+    size_s = np.asarray(cd["size_s"]).astype(int) if c.get("size_scatter") else None
+    p = {k: (v[:, None] if v.ndim == 1 else v) for k, v in draws.items()}
+    s = np.full(len(lr), idx)
+    mu, excess = surface_terms(p, n_s, d_s, s, np.log(lr)[None, :] - c["m_lr"], np.log(batch)[None, :] - c["m_b"],
+                               size_s)
+    return np.asarray(mu) + c["m_y"], np.asarray(excess)
+
+
+def _new_terms(fit, draws, N: float, D: float, lr: np.ndarray, batch: np.ndarray, seed: int):
+    """(mean log loss, excess) per draw x candidate at a new setting (N, D) drawn with `seed`."""
+    out = fit.model.predict(draws, fit.constants, N=N, D=D, lr=lr, batch=batch, seed=seed)
+    log_loss = np.log(out["loss"])
+    return log_loss, np.maximum(log_loss - np.log(out["loss_opt"]), 0.0)
+
+
+def _weighted_quantiles(g_sorted: np.ndarray, w_sorted: np.ndarray, qs) -> np.ndarray:
+    """Quantiles `qs` of g under each row's weights (rows of `w_sorted`, columns in g's sorted order)."""
+    cw = np.cumsum(w_sorted, axis=1)
+    cw /= cw[:, -1:]
+    return np.stack([g_sorted[np.minimum((cw < q).sum(1), len(g_sorted) - 1)] for q in qs], axis=1)
+
+
+@float64
+def suggest(fit, N: float, D: float, candidates=None, *, target: str = "lr_opt", ci: float = 0.9,
+            n_outcomes: int = 200, max_draws: int = 1000, seed: int = 0) -> Suggestion:
+    """Rank candidate calibration runs by the expected reduction of the posterior variance of log `target` at
+    (N, D) per FLOP (the module docstring's preposterior analysis).
+
+    Parameters
+    ----------
+    fit : a `scalinfer.Fit` of the ``surface`` model (full design).
+    N, D : the target: parameters (as fitted) and training tokens.
+    candidates : a DataFrame (or rows) with columns N, D, lr, batch (tokens per step); None: `default_candidates`.
+    target : the quantity of ``predict`` at (N, D) whose log is to be learned: ``lr_opt`` (default),
+        ``batch_opt`` (the loss-optimal batch) or ``loss_opt``.
+    ci : credible mass of the intervals whose widths are reported (default 0.9).
+    n_outcomes : K, simulated outcomes per candidate.
+    max_draws : at most this many posterior draws (evenly thinned).
+    seed : the target's new-setting offsets (as in ``predict``) and the simulated outcomes.
+    """
+    _check_fit(fit, "suggest")
+    for name, v in (("N", N), ("D", D)):
+        if not (isinstance(v, (int, float, np.floating, np.integer)) and math.isfinite(v) and v > 0):
+            raise ModelError(f"suggest: {name} must be a positive finite number, got {v!r}")
+    if target not in ("lr_opt", "batch_opt", "batch_loss_opt", "loss_opt"):
+        raise ModelError(f"suggest: target must be lr_opt, batch_opt (batch_loss_opt) or loss_opt, got {target!r}")
+    if not 0 < ci < 1:
+        raise ModelError(f"suggest: ci must be between 0 and 1, got {ci!r}")
+    if n_outcomes < 2 or max_draws < 10:
+        raise ModelError(f"suggest: n_outcomes must be at least 2 and max_draws at least 10, got {n_outcomes}, "
+                         f"{max_draws}")
+    cands = default_candidates(fit, N, D, seed=seed) if candidates is None else check_candidates(candidates)
+    all_draws = fit.draws()
+    n = len(all_draws["tau_loss"])
+    if n < 10:
+        raise ModelError(f"suggest: needs posterior draws (nuts or laplace), this fit has {n}")
+    keep = np.unique(np.linspace(0, n - 1, min(n, max_draws)).round().astype(int))
+    draws = {k: np.asarray(v)[keep] for k, v in all_draws.items()}
+    S = len(keep)
+    key = "batch_opt" if target == "batch_loss_opt" else target
+    g = np.log(fit.model.predict(draws, fit.constants, N=float(N), D=float(D), seed=seed)[key])
+    var_now = float(np.var(g, ddof=1))
+    order = np.argsort(g)
+    g_sorted = g[order]
+    qs = ((1 - ci) / 2, (1 + ci) / 2)
+    width_now = float(np.exp(np.diff(np.quantile(g, qs))[0]))
+
+    # each candidate's mean log loss and excess, per draw
+    log_n, log_d = _settings(fit)
+    mu = np.empty((S, len(cands)))
+    exc = np.empty_like(mu)
+    kind = np.empty(len(cands), dtype=object)
+    groups = cands.groupby([cands["N"].round(-3), cands["D"].round(-3)], sort=False).indices
+    for j, (_, rows) in enumerate(groups.items()):
+        n_c, d_c = float(cands["N"].iloc[rows[0]]), float(cands["D"].iloc[rows[0]])
+        lr, b = cands["lr"].to_numpy()[rows], cands["batch"].to_numpy()[rows]
+        hit = np.flatnonzero((np.abs(log_n - math.log(n_c)) < _SAME) & (np.abs(log_d - math.log(d_c)) < _SAME))
+        if hit.size:
+            mu[:, rows], exc[:, rows] = _fitted_terms(fit, draws, int(hit[0]), lr, b)
+            kind[rows] = "fitted"
+        elif abs(math.log(n_c / N)) < _SAME and abs(math.log(d_c / D)) < _SAME:
+            mu[:, rows], exc[:, rows] = _new_terms(fit, draws, n_c, d_c, lr, b, seed)
+            kind[rows] = "target"
+        else:
+            mu[:, rows], exc[:, rows] = _new_terms(fit, draws, n_c, d_c, lr, b, seed + 1 + j)
+            kind[rows] = "new"
+    sigma = draws["sigma0"][:, None] + draws["sigma1"][:, None] * exc
+    nu = draws["nu"]
+    unusable = ~np.all(np.isfinite(mu) & np.isfinite(sigma) & (sigma > 0), axis=0)
+    mu[:, unusable], sigma[:, unusable] = 0.0, 1.0  # scored NaN below
+
+    rng = np.random.default_rng(seed)
+    K = min(n_outcomes, S)
+    ks = rng.choice(S, K, replace=False)
+    t_noise = rng.standard_t(nu[ks][:, None], size=(K, len(cands)))
+    from scipy.special import gammaln
+
+    log_norm = gammaln((nu + 1) / 2) - gammaln(nu / 2) - 0.5 * np.log(nu * np.pi)  # per draw
+    reduction, width_after, ess = (np.empty(len(cands)) for _ in range(3))
+    for i in range(len(cands)):
+        y = mu[ks, i] + sigma[ks, i] * t_noise[:, i]  # K simulated outcomes
+        r = (y[:, None] - mu[None, :, i]) / sigma[None, :, i]
+        logw = log_norm[None, :] - np.log(sigma[None, :, i]) - (nu[None, :] + 1) / 2 * np.log1p(r * r / nu[None, :])
+        logw[np.arange(K), ks] = -np.inf  # leave the outcome's own draw out
+        w = np.exp(logw - logw.max(1, keepdims=True))
+        w /= w.sum(1, keepdims=True)
+        sw2 = (w * w).sum(1)
+        mean = w @ g
+        var = (w * (g[None, :] - mean[:, None]) ** 2).sum(1) / np.maximum(1 - sw2, 1e-12)
+        reduction[i] = var_now - var.mean()
+        lo_hi = _weighted_quantiles(g_sorted, w[:, order], qs)
+        width_after[i] = float(np.exp(np.mean(lo_hi[:, 1] - lo_hi[:, 0])))
+        ess[i] = float(np.mean(1.0 / sw2))
+    reduction[unusable] = width_after[unusable] = ess[unusable] = np.nan
+    flops = 6.0 * cands["N"].to_numpy() * cands["D"].to_numpy()
+    table = cands.assign(flops=flops, setting=kind.astype(str), variance_reduction=reduction,
+                         score=reduction / flops, width_after=width_after, ess=ess)
+    table = table.sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
+    warnings = list(fit.warnings())
+    if unusable.any():
+        warnings.append(f"{int(unusable.sum())} candidate(s) have no finite predicted loss under some draws (far "
+                        "outside the fitted range): not scored (NaN, ranked last)")
+    if np.nanmin(ess, initial=np.inf) < 100:
+        warnings.append(f"the importance weights of {int(np.sum(ess < 100))} candidate(s) have an effective sample "
+                        "size below 100: their variance cut is noisy (more draws: max_draws, a longer fit)")
+    return Suggestion(table=table, targets={"N": float(N), "D": float(D)}, quantity=target, variance=var_now,
+                      width_now=width_now, ci=ci, warnings=tuple(warnings))
