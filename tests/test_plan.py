@@ -130,6 +130,9 @@ def test_plan_cli_writes_a_sweep_file(tmp_path):
     bad = run_cli("plan", "--size", "d32l2h2", "--target-N", "1e6", "--target-D", "1e7", "-o", out / "x.toml")
     assert bad.code == 2 and f"{out} is a file, not a folder" in bad.err and "Traceback" not in bad.err
     assert tomllib.loads(out.read_text())["sweep"]["preset"] == "cal-xs"  # the earlier file is untouched
+    # more tokens than a TOML integer holds (benchmarks/fuzz_cli.py, seed 0, #1126: a TypeError from NumPy)
+    bad = run_cli("plan", "--size", "cal-xs", "--target-N", "1e7", "--target-D", "2e8", "--tokens", "1e30")
+    assert bad.code == 2 and "64-bit" in bad.err and "Traceback" not in bad.err
 
 
 def test_decay_points_are_found_without_enumerating_the_run():

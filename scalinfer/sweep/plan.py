@@ -423,6 +423,10 @@ def _lcm(values: Sequence[int]) -> int:
     return out
 
 
+#: the most tokens a run of a sweep file can have (a TOML integer is a signed 64-bit one)
+MAX_TOKENS = 2 ** 63 - 1
+
+
 def _size_plan(spec: PlanSpec, size: SizeSpec, total_target: float, law) -> SizePlan:
     seq_len = size.model.seq_len
     N = size.N_total if spec.n_kind == "total" else size.N_active
@@ -431,6 +435,9 @@ def _size_plan(spec: PlanSpec, size: SizeSpec, total_target: float, law) -> Size
     _, b_star = law(N, mid_D)
     batches = _batches_for(spec, seq_len, b_star)
     unit = _lcm(batches)
+    if total_target > MAX_TOKENS:
+        raise TrainError(f"size {size.label}: {total_target:.3g} tokens per run is more than a sweep file holds "
+                         f"(TOML integers are 64-bit: at most {MAX_TOKENS:.3g})")
     total = int(total_target // unit * unit)
     if total < unit * 2 ** (spec.decay_count + 2):
         raise TrainError(f"size {size.label}: {total_target:.3g} tokens per run is too few for "
