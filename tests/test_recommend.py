@@ -9,6 +9,7 @@ import pytest
 
 import scalinfer
 from conftest import run_cli
+from scalinfer.models import MODEL_NAMES
 from support.designs import surface_design, true_law
 
 TRUTH_COLUMNS = ["true_lr_opt", "true_batch_opt", "true_loss_opt"]
@@ -220,3 +221,51 @@ def test_batch_crit_under_the_noise_floor_is_not_the_2x_point():
     crit_over_opt, steps_ratio, tokens_ratio = (float(v) for v in ratios(0.7))
     assert crit_over_opt == pytest.approx(2.134, abs=0.001)
     assert steps_ratio == pytest.approx(1.358, abs=0.001) and tokens_ratio == pytest.approx(1.358, abs=0.001)
+
+
+def _prior_draws(model, constants, kwargs, n: int = 2) -> dict[str, np.ndarray]:
+    """`n` draws of every latent site from the model's prior (traced eagerly: no compilation, no fit)."""
+    from numpyro import handlers
+
+    traces = [handlers.trace(handlers.seed(model.model, i)).get_trace(**kwargs) for i in range(n)]
+    return {k: np.stack([np.asarray(t[k]["value"]) for t in traces]) for k, s in traces[0].items()
+            if s["type"] in ("sample", "deterministic") and not s.get("is_observed")}
+
+
+#: each model's targets: every kind of answer its predict gives (C: the compute-optimal allocation)
+_TARGETS = {"chinchilla": [{"N": 1e9, "D": 2e10}, {"C": 1e21}],
+            "surface": [{"N": 1e9, "D": 2e10, "lr": 1e-3, "batch": 2.0 ** 19}],
+            "classic": [{"N": 1e9, "D": 2e10}]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_every_models_predict_json_names_unit_and_definition(name):
+    """Every quantity in every model's predict JSON has a unit and a definition (scalinfer.quantities), and an
+    old batch name says what it is an alias of. Draws from each model's prior (the bootstrap model: its fit),
+    so no sampler runs; slow for the eager prior trace and the simulated table (~5-30 s per model at load)."""
+    from scalinfer.models import get_model
+    from scalinfer.predict import Prediction
+
+    m = get_model(name)
+    runs = scalinfer.simulate(name, seed=0)
+    if m.default_method != "nuts":
+        f = scalinfer.fit(runs, model=name, quiet=True)
+        draws, constants = f.draws(), f.constants
+    else:
+        data, constants = m.prepare(runs)
+        kwargs = {k: (None if k in m.observed else v) for k, v in m.model_kwargs(data, constants).items()}
+        draws = _prior_draws(m, constants, kwargs)
+    for targets in _TARGETS.get(name, [{"N": 1e9, "target_loss": 3.0, "batch": 2.0 ** 19}]):
+        out = m.predict(draws, constants, **targets)
+        p = Prediction(draws=out, units={k: m.predicts.get(k, "") for k in out}, targets=targets, extrapolation={},
+                       model=name)
+        d = p.to_dict()
+        names = [k for k, v in d.items() if isinstance(v, dict) and "median" in v]
+        assert set(out) <= set(names), (name, targets, names)
+        for k in names:
+            assert d[k]["unit"] and d[k]["definition"], (name, k, d[k])
+            if k == "batch_opt":
+                assert d[k]["alias_of"] in names and d[k]["definition"].startswith("alias of"), (name, d[k])
+        text = p.to_text()
+        assert all(d[k]["unit"] in text for k in names), text
