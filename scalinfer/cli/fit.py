@@ -46,6 +46,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     options = {} if args.size_scatter is None else {"size_scatter": args.size_scatter}
     if args.design is not None:
         options["design"] = args.design
+    if args.prior is not None:
+        options["prior"] = args.prior
     f = fit(runs, model=args.model, method=args.method, chains=args.chains, warmup=args.warmup,
             samples=args.samples, seed=args.seed, quiet=quiet(), progress=args.progress, **options)
     path = f.save(args.output)
@@ -141,6 +143,10 @@ def register(subparsers) -> None:
                    help="surface: each model size (distinct N) scatters around the laws, so predictions at a new "
                         "N carry that scatter (default: on with two or more sizes; --no-size-scatter fits the "
                         "laws alone, 1.5-1.7x faster, with intervals at a new N that leave that scatter out)")
+    s.add_argument("--prior", default=None, choices=("population", "default"),
+                   help="surface: the priors of the laws' exponents, the sizes' scatter and the valleys' shape: "
+                        "population (default: learned across published sweeps, docs/models.md) or default (the "
+                        "broad priors alone)")
     s.add_argument("--method", default=None, choices=("nuts", "map", "laplace", "bootstrap"),
                    help="nuts, map, laplace or bootstrap (default: the model's, nuts; classic: bootstrap only)")
     s.add_argument("--chains", type=_chains, default=4, help=f"NUTS chains, 1 to {MAX_CHAINS} (default 4)")

@@ -85,7 +85,8 @@ from scalinfer.models.surface.data import DIVERGENCE_RATIO, diverged_mask, prepa
 from scalinfer.models.surface.design import (DESIGN_CODE, DESIGNS, LEFT_OUT, design_of, fill_left_out,
                                              resolve_design, unvaried)
 from scalinfer.models.surface.loss import laws, surface_terms
-from scalinfer.models.surface.priors import LAW_N, PRIORS, SETTING, SIZE, SIZE_PRIOR
+from scalinfer.models.surface.population import PRIOR_SETS
+from scalinfer.models.surface.priors import LAW_N, PRIORS, SETTING, SIZE, Priors
 from scalinfer.models.surface.size_scatter import (IsotropicStudentT, SmallNormal, law_given_levels, size_basis,
                                                    size_line_scale, size_offsets)
 from scalinfer.runs.schema import RunTable
@@ -93,7 +94,16 @@ from scalinfer.runs.schema import RunTable
 if TYPE_CHECKING:
     from scalinfer.inference.fit import Fit
 
-__all__ = ["Surface", "MODEL", "Exceeds", "surface_model"]
+__all__ = ["Surface", "MODEL", "Exceeds", "surface_model", "PRIOR_CODE", "prior_of"]
+
+#: the option ``prior`` as the fit's constant ``prior``
+PRIOR_CODE = {"default": 0.0, "population": 1.0}
+
+
+def prior_of(constants: dict[str, float]) -> str:
+    """The prior a fit used, from its constants (a fit written before the option existed: ``default``)."""
+    code = constants.get("prior", 0.0)
+    return next(k for k, v in PRIOR_CODE.items() if v == code)
 
 
 class Exceeds(dist.Distribution):
@@ -117,18 +127,20 @@ class Exceeds(dist.Distribution):
         return jax.scipy.special.log_ndtr(jnp.where(value == 1, self.z, -self.z))
 
 
-def _size_levels(p: dict[str, Any], n_size, h_N: float, ft, left_out: str | None = None) -> None:
+def _size_levels(p: dict[str, Any], n_size, h_N: float, ft, left_out: str | None = None, pr: Priors = PRIORS) -> None:
     """Size scatter's sites for each law (`scalinfer.models.surface.size_scatter`): the levels A of the M sizes
     and, from its exact conditional given them, the law's intercept and N slope (into `p`). `left_out`: the law
-    a reduced design has not (`scalinfer.models.surface.design`)."""
+    a reduced design has not (`scalinfer.models.surface.design`). A law whose prior has a mean (k0, kN) is the
+    zero-mean one shifted: A = A_0 + k0 + kN n, (a0, a_N) = (a0, a_N)_0 + (k0, kN)."""
     Q, R, Q_perp = size_basis(n_size)
     # in the potential's float type (cast by NumPy: a JAX cast of a constant is an operation compiled on its own)
     Q, Q_perp = (np.asarray(a, ft) for a in (Q, Q_perp))
     k = Q_perp.shape[1]  # the sizes' residual directions about their least-squares line: M - 2
-    for v, (alpha, beta) in SIZE_PRIOR.items():
+    for v, (k0, kN) in ((v, names[:2]) for v, names in LAW_N.items()):
         if v == left_out:
             continue
-        k0, kN, s0, sN = LAW_N[v]
+        alpha, beta = pr.size(v)
+        mean0, meanN, s0, sN = pr.law(v)
         # the residuals, tau integrated out: N(0, tau^2 I) under tau^2 ~ InvGamma(alpha, beta)
         r = numpyro.sample(f"{v}_size_resid", IsotropicStudentT(
             2.0 * alpha, k, float(np.sqrt(beta / alpha)))) if k else np.zeros(0, ft)
@@ -138,20 +150,25 @@ def _size_levels(p: dict[str, Any], n_size, h_N: float, ft, left_out: str | None
         # the levels along the law's directions, centered (the data pin them)
         line = numpyro.sample(f"{v}_size_line", SmallNormal(
             np.zeros(Q.shape[1], ft), scale_tril=size_line_scale(R, s0, sN * h_N, tau)))
-        A = p[f"{v}_size"] = numpyro.deterministic(f"{v}_size", Q @ line + Q_perp @ r)
+        A = Q @ line + Q_perp @ r
         law_std = numpyro.sample(f"{v}_law_std", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
         law = law_given_levels(A, law_std, n_size, s0, sN * h_N, tau)
+        if mean0 or meanN:
+            A = A + (mean0 + meanN * h_N * np.asarray(n_size, ft))
+            law = law + jnp.array([mean0, meanN * h_N], dtype=ft)  # h_N is traced
+        p[f"{v}_size"] = numpyro.deterministic(f"{v}_size", A)
         p[k0] = numpyro.deterministic(k0, law[0])
         p[kN] = numpyro.deterministic(kN, law[1])
 
 
 def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, s_cens=None, x_cens=None,
                   z_cens=None, log_level=None, diverged_obs=None, h_N=1.0, h_D=1.0, size_scatter=False,
-                  design="full"):
-    """The NumPyro model of the surface (the module docstring's math; priors from `PRIORS`). `design`: a
-    reduced design (``fixed_batch``, ``fixed_lr``) samples no site of the valley its table does not vary
-    (`scalinfer.models.surface.design`)."""
-    pr = PRIORS
+                  design="full", prior="default"):
+    """The NumPyro model of the surface (the module docstring's math). `design`: a reduced design
+    (``fixed_batch``, ``fixed_lr``) samples no site of the valley its table does not vary
+    (`scalinfer.models.surface.design`). `prior`: ``"default"`` (`PRIORS`), ``"population"``
+    (`scalinfer.models.surface.population.POPULATION`) or a `Priors`."""
+    pr = prior if isinstance(prior, Priors) else PRIOR_SETS[prior]
     p: dict[str, Any] = {}
     left_out, left_out_setting, left_out_law = LEFT_OUT[design]
 
@@ -163,9 +180,10 @@ def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, 
     if not size_scatter:
         site("a0", dist.Normal(0.0, pr.optimum_sd))
         site("b0", dist.Normal(0.0, pr.optimum_sd))
-    for k, h in (("a_N", h_N), ("a_D", h_D), ("b_N", h_N), ("b_D", h_D)):
+    for k, h, (mean, sd) in (("a_N", h_N, pr.lr_exp_N), ("a_D", h_D, pr.lr_exp_D), ("b_N", h_N, pr.batch_exp_N),
+                             ("b_D", h_D, pr.batch_exp_D)):
         if not (size_scatter and k in ("a_N", "b_N")):
-            site(k, dist.Normal(0.0, pr.optimum_exponent_sd * h))
+            site(k, dist.Normal(mean * h, sd * h))
     # the LR-batch ridge
     site("kappa1", dist.Normal(*pr.kappa1))
     site("kappa2", dist.Normal(0.0, pr.kappa2_sd))
@@ -176,18 +194,18 @@ def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, 
     p["g_D"] = numpyro.sample("g_D", dist.Normal(0.0, pr.loss_exponent_sd * h_D))
     # the valleys: log curvature law, asymmetry, far-field exponent
     for v in ("lr", "b"):
-        site(f"c_{v}0", dist.Normal(*pr.log_curvature))
+        site(f"c_{v}0", dist.Normal(*getattr(pr, f"c_{v}0")))
         site(f"c_{v}_N", dist.Normal(0.0, pr.curvature_exponent_sd * h_N))
         site(f"c_{v}_D", dist.Normal(0.0, pr.curvature_exponent_sd * h_D))
-        site(f"delta_{v}", dist.Normal(0.0, pr.delta_sd))
-        site(f"p_{v}_unit", dist.Beta(*pr.p_beta))
+        site(f"delta_{v}", dist.Normal(*getattr(pr, f"delta_{v}")))
+        site(f"p_{v}_unit", dist.Beta(*getattr(pr, f"p_{v}_beta")))
     # the settings' scatter about the laws
     site("tau_lr", dist.HalfNormal(pr.tau_optimum_sd))
     site("tau_b", dist.HalfNormal(pr.tau_optimum_sd))
     tau_loss = numpyro.sample("tau_loss", dist.HalfNormal(pr.tau_loss_sd))
     ft = jnp.result_type(tau_loss)
     if size_scatter:
-        _size_levels(p, n_size, h_N, ft, left_out_law)
+        _size_levels(p, n_size, h_N, ft, left_out_law, pr)
     sigma0 = numpyro.sample("sigma0", dist.HalfNormal(pr.sigma0_sd))
     sigma1 = numpyro.sample("sigma1", dist.HalfNormal(pr.sigma1_sd))
     nu = numpyro.sample("nu", dist.Gamma(*pr.nu))
@@ -231,12 +249,17 @@ class Surface(Model):
         LR); None (default): from the table (`scalinfer.models.surface.design`: one batch in the whole table is
         ``fixed_batch``, one LR ``fixed_lr``, else ``full``). ``"full"`` forces the whole surface. `prepare`
         resolves it once, into the constant ``design`` (`DESIGN_CODE`).
+    prior : ``"population"`` (default: the prior learned across published sweeps,
+        `scalinfer.models.surface.population`) or ``"default"`` (the broad prior of
+        `scalinfer.models.surface.priors`). `prepare` records it as the constant ``prior`` (`PRIOR_CODE`); a fit
+        file written before the option existed was fitted with ``default`` and reloads so.
     """
 
     divergence_ratio: float = DIVERGENCE_RATIO
     n_kind: str | None = None
     size_scatter: bool | None = None
     design: str | None = None
+    prior: str = "population"
 
     name = "surface"
     version = "1"
@@ -264,6 +287,8 @@ class Surface(Model):
         if self.design is not None and self.design not in DESIGNS:
             raise ModelError(f"design must be one of {', '.join(DESIGNS)} or None (from the table), got "
                              f"{self.design!r}")
+        if self.prior not in PRIOR_SETS:
+            raise ModelError(f"prior must be one of {', '.join(map(repr, PRIOR_SETS))}, got {self.prior!r}")
 
     # ---- data -------------------------------------------------------------------------------------------
     def prepare(self, runs: RunTable) -> tuple[Arrays, dict[str, float]]:
@@ -273,6 +298,7 @@ class Surface(Model):
         df = runs.df.reset_index(drop=True)
         design = resolve_design(df, self.design, str(runs.source))
         constants["design"] = DESIGN_CODE[design]
+        constants["prior"] = PRIOR_CODE[self.prior]
         if design == "full":  # no setting varies the batch (LR) though the table has several: its valley is the prior's
             for k in unvaried(df, settings_of(df)[0]):
                 constants[f"unvaried_{k}"] = 1.0
@@ -299,6 +325,7 @@ class Surface(Model):
         # the sizes' scaled log N as a tuple: static, so the law's QR is computed once when the program is built
         return {**data, "h_N": constants["h_N"], "h_D": constants["h_D"],
                 "size_scatter": bool(constants["size_scatter"]), "design": design_of(constants),
+                "prior": prior_of(constants),
                 "n_size": tuple(float(v) for v in data["n_size"])}
 
     def init_values(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
@@ -323,11 +350,15 @@ class Surface(Model):
         if constants["size_scatter"]:  # each size on the regressed law (no residuals), u at its mean
             Q, _, Q_perp = size_basis(data["n_size"])
             k = Q_perp.shape[1]
+            pr = PRIOR_SETS[prior_of(constants)]
             for v, (k0, kN, _, _) in LAW_N.items():
+                mean0, meanN = pr.law(v)[:2]
                 if k:
                     out[f"{v}_size_resid"] = np.zeros(k)
-                out[f"{v}_size_u"] = SIZE_PRIOR[v][0] + 0.5 * k
-                out[f"{v}_size_line"] = Q.T @ (out.pop(k0) + out.pop(kN) * data["n_size"])
+                out[f"{v}_size_u"] = pr.size(v)[0] + 0.5 * k
+                # the zero-mean levels A_0 = A - (mean0 + meanN h_N n) (see `_size_levels`)
+                out[f"{v}_size_line"] = Q.T @ (out.pop(k0) - mean0 + (out.pop(kN) - meanN * constants["h_N"])
+                                               * data["n_size"])
                 out[f"{v}_law_std"] = np.zeros(2)  # the law then at its conditional mean (not a sampled site)
         out.update({"tau_lr": 0.3, "tau_b": 0.3, "tau_loss": 0.01, "kappa1": 0.5, "kappa2": 0.0,
                     "c_lr0": -4.0, "c_lr_N": 0.0, "c_lr_D": 0.0, "delta_lr": 0.5, "p_lr_unit": 0.33,

@@ -35,7 +35,10 @@ parameter                              prior
 ``tau_loss_size^2``                    InverseGamma(1, 5e-5): median 0.85%, 90% within 0.4-3.1%
 =====================================  =========================================================================
 
-`PRIORS` is the bundle the model samples from; `SCALARS`, `SETTING`, `SIZE` name the sampled sites.
+`PRIORS` is this table, the broad prior (the surface model's ``prior="default"``); its default,
+``prior="population"``, is `scalinfer.models.surface.population.POPULATION`: the same with the exponents of
+eta* and B*, the valleys' shape (c_*0, delta_*, p_*), kappa1 and the sizes' scatter learned across published
+sweeps. `SCALARS`, `SETTING`, `SIZE` name the sampled sites; `LAW_N` and `SIZE_PRIOR` hold the broad prior's.
 """
 
 from __future__ import annotations
@@ -47,20 +50,29 @@ __all__ = ["Priors", "PRIORS", "SCALARS", "SETTING", "SIZE", "NEW_SETTING", "LAW
 
 @dataclasses.dataclass(frozen=True)
 class Priors:
-    """Prior scales of the surface model (see the module's table). Normal priors are (location, sd) or an sd
-    about 0; slopes in N and D are multiplied by h_N, h_D (the natural exponents' sds are the values here);
-    ``*_size`` are (alpha, beta) of tau^2 ~ InverseGamma(alpha, beta)."""
+    """Priors of the surface model (see the module's table). Normal priors are (location, sd) or an sd about
+    0; slopes in N and D are multiplied by h_N, h_D (the natural exponents' means and sds are the values here);
+    ``*_size`` are (alpha, beta) of tau^2 ~ InverseGamma(alpha, beta). `PRIORS` (the defaults) is the broad
+    prior of the table; `scalinfer.models.surface.population.POPULATION` is the one learned across published
+    sweeps, the surface model's default (its option ``prior``)."""
 
     optimum_sd: float = 1.5                      #: a0, b0
-    optimum_exponent_sd: float = 1.0             #: natural exponents of eta* and B* (a_N/h_N, ..., b_D/h_D)
+    #: (mean, sd) of the natural exponents of eta* and B* in N and D (a_N/h_N, a_D/h_D, b_N/h_N, b_D/h_D)
+    lr_exp_N: tuple[float, float] = (0.0, 1.0)
+    lr_exp_D: tuple[float, float] = (0.0, 1.0)
+    batch_exp_N: tuple[float, float] = (0.0, 1.0)
+    batch_exp_D: tuple[float, float] = (0.0, 1.0)
     kappa1: tuple[float, float] = (0.5, 0.5)
     kappa2_sd: float = 0.5
     loss_sd: float = 0.2                         #: g0
     loss_exponent_sd: float = 0.3                #: natural exponents of L* (g_N/h_N, g_D/h_D)
-    log_curvature: tuple[float, float] = (-4.0, 1.5)  #: c_lr0, c_b0
+    c_lr0: tuple[float, float] = (-4.0, 1.5)     #: log curvature of the LR valley at the data's middle
+    c_b0: tuple[float, float] = (-4.0, 1.5)      #: likewise the batch valley
     curvature_exponent_sd: float = 1.0           #: c_*_N/h_N, c_*_D/h_D
-    delta_sd: float = 1.0
-    p_beta: tuple[float, float] = (3.0, 3.0)     #: p_*_unit ~ Beta
+    delta_lr: tuple[float, float] = (0.0, 1.0)   #: (mean, sd) of each valley's asymmetry
+    delta_b: tuple[float, float] = (0.0, 1.0)
+    p_lr_beta: tuple[float, float] = (3.0, 3.0)  #: p_lr_unit ~ Beta
+    p_b_beta: tuple[float, float] = (3.0, 3.0)   #: p_b_unit ~ Beta
     p_min: float = 0.5                           #: p = p_min + p_span p_unit
     p_span: float = 3.5
     tau_optimum_sd: float = 0.3                  #: tau_lr, tau_b (HalfNormal)
@@ -71,6 +83,35 @@ class Priors:
     lr_size: tuple[float, float] = (1.0, 0.005)  #: tau_lr_size^2 ~ InverseGamma(alpha, beta)
     b_size: tuple[float, float] = (1.0, 0.005)
     loss_size: tuple[float, float] = (1.0, 5e-5)
+
+    def law(self, v: str) -> tuple[float, float, float, float]:
+        """Law `v`'s (``"lr"``, ``"b"`` or ``"loss"``) intercept and natural N slope priors: (intercept mean,
+        N slope mean, intercept sd, N slope sd); the intercept's mean is 0 (the data's middle)."""
+        if v == "loss":
+            return 0.0, 0.0, self.loss_sd, self.loss_exponent_sd
+        mean, sd = self.lr_exp_N if v == "lr" else self.batch_exp_N
+        return 0.0, mean, self.optimum_sd, sd
+
+    def size(self, v: str) -> tuple[float, float]:
+        """(alpha, beta) of tau_<v>_size^2 ~ InverseGamma(alpha, beta)."""
+        return {"lr": self.lr_size, "b": self.b_size, "loss": self.loss_size}[v]
+
+    def scaled(self, name: str, factor: float) -> Priors:
+        """These priors with prior `name`'s scale multiplied by `factor` (a prior-sensitivity study): the sd of a
+        Normal or HalfNormal (a (mean, sd) pair's sd), beta of an InverseGamma on tau^2 (the issue's convention:
+        x10 moves tau's scale by sqrt 10), the scale 1/rate of nu's Gamma. The Beta of p has no scale."""
+        v = getattr(self, name)
+        if name in ("lr_size", "b_size", "loss_size"):
+            new = (v[0], v[1] * factor)
+        elif name == "nu":
+            new = (v[0], v[1] / factor)
+        elif name.startswith("p_") or name in ("p_min", "p_span"):
+            raise ValueError(f"prior {name!r} has no scale")
+        elif isinstance(v, tuple):
+            new = (v[0], v[1] * factor)
+        else:
+            new = v * factor
+        return dataclasses.replace(self, **{name: new})
 
     def p(self, p_unit):
         """The valley exponent p in (p_min, p_min + p_span) from its unit-interval coordinate."""
@@ -94,8 +135,7 @@ SIZE = ("lr_size", "b_size", "loss_size")
 #: per-setting quantities a new setting draws around the laws: name -> its tau (``tau_<name>``)
 NEW_SETTING = {"x_star": "lr", "z_star": "b", "ell": "loss"}
 #: each law's (intercept, N slope) and their prior sds (the slope's natural, to be multiplied by h_N)
-LAW_N = {"lr": ("a0", "a_N", PRIORS.optimum_sd, PRIORS.optimum_exponent_sd),
-         "b": ("b0", "b_N", PRIORS.optimum_sd, PRIORS.optimum_exponent_sd),
-         "loss": ("g0", "g_N", PRIORS.loss_sd, PRIORS.loss_exponent_sd)}
+LAW_N = {v: (k0, kN, *PRIORS.law(v)[2:]) for v, k0, kN in (("lr", "a0", "a_N"), ("b", "b0", "b_N"),
+                                                            ("loss", "g0", "g_N"))}
 #: size scatter tau_<law>_size^2 ~ InverseGamma(alpha, beta): (alpha, beta) of each law
 SIZE_PRIOR = {"lr": PRIORS.lr_size, "b": PRIORS.b_size, "loss": PRIORS.loss_size}
