@@ -38,10 +38,25 @@ What `recommend` reports (`Recommendation`; every quantity's unit and one-line d
 - ``choice`` (given ``lr``; at ``batch`` if given, else at :math:`\hat B`): the excess loss of the user's own
   point (mean, median, interval), its loss, and :math:`P(e \le x)`.
 
-Not reported: the risk of divergence at a proposed LR. The surface model censors diverged runs (a loss above
-``divergence_ratio`` x its setting's best converged loss, or flagged; `scalinfer.models.surface.censor_levels`:
-its loss only exceeds a level) but has no divergence boundary in LR, so P(diverge | lr / lr*, N, D) needs a
-model of its own, fitted to the censored runs; it is left for a later change.
+- ``divergence`` (where the fit has diverged runs): the risk that a run diverges, P(diverge | lr / lr*_B), at the
+  recommended point and at the user's LR, with ``boundary`` the LR ratio of even odds (below).
+
+Divergence risk. The surface model censors diverged runs (flagged, or a loss above ``divergence_ratio`` x its
+setting's best converged loss: `scalinfer.models.surface.censor_levels`) but has no divergence boundary in LR.
+The smallest honest one, fitted here to the fit's own runs: each run's distance above the best LR at its batch,
+:math:`u = \log \eta - \log \eta^*_s(B)` (its setting's LR-batch ridge, per posterior draw), and
+
+.. math::
+
+    P(\text{diverge} \mid u) = \sigma(c_0 + c_1 u), \qquad c_0, c_1 \sim \mathcal N(0, 10^2)
+
+a logistic in log(lr / lr*) fitted to diverged-vs-not by its mode (Newton, per draw of the ridge) and drawn from
+the Gaussian at that mode (Laplace): the interval carries both the ridge's uncertainty and the logistic's own.
+The boundary (P = 1/2) is :math:`\exp(-c_0 / c_1)` times the best LR at the batch. At the target, u is the
+chosen LR over the target's best LR at that batch (a new setting's, as ``predict``). It assumes that divergence
+depends on the LR only through its ratio to the best LR at the batch, the same at every N, D and batch (the
+data rarely say otherwise: the diverged runs are few); where the fit has no diverged run it reports nothing
+(``divergence`` null): no boundary can be placed, only a lower bound.
 
 Numerics: the expected loss is minimised on a log-spaced grid (``n_lr`` x ``n_batch``, spanning the posterior's
 optima widely), then on a fine grid around the coarse minimum (1/7 of a coarse step). The LR-axis quantities at
@@ -63,7 +78,7 @@ from scalinfer.predict import _fmt, _jsonable, interval
 from scalinfer.quantities import describe
 from scalinfer.runtime import float64
 
-__all__ = ["recommend", "Recommendation", "Estimate", "Range", "EXCESS", "PROB"]
+__all__ = ["recommend", "Recommendation", "Estimate", "Range", "divergence_model", "EXCESS", "PROB"]
 
 #: default near-optimal promise: relative excess loss at most EXCESS with probability at least PROB
 EXCESS, PROB = 0.005, 0.9
@@ -135,11 +150,13 @@ class Recommendation:
     ci: float
     warnings: tuple[str, ...]
     curve: dict[str, np.ndarray] = dataclasses.field(repr=False, default_factory=dict)
+    divergence: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON answer: ``recommended`` (``lr``, ``batch``), ``median_optimum``, ``near_optimal``,
         ``expected_excess``, ``batch_penalty``, ``batch_largest_near_optimal``, ``choice`` (None without a given
-        LR), ``targets``, ``extrapolation``, ``ci``, ``warnings``."""
+        LR), ``divergence`` (None without diverged runs in the fit), ``targets``, ``extrapolation``, ``ci``,
+        ``warnings``."""
         t = self.targets
         out: dict[str, Any] = {
             "recommended": {k: v.to_dict() for k, v in self.recommended.items()},
@@ -154,6 +171,8 @@ class Recommendation:
         }
         if self.choice is not None:
             out["choice"] = {k: (v.to_dict() if isinstance(v, Estimate) else v) for k, v in self.choice.items()}
+        out["divergence"] = (None if self.divergence is None else
+                             {k: (v.to_dict() if isinstance(v, Estimate) else v) for k, v in self.divergence.items()})
         out["targets"] = {k: _jsonable(v) for k, v in t.items() if v is not None}
         out["extrapolation"] = {k: _jsonable(v) for k, v in self.extrapolation.items()}
         out["ci"] = self.ci
@@ -172,6 +191,10 @@ class Recommendation:
             rows.append(("largest batch", d["batch_largest_near_optimal"], False))
         if d["choice"] is not None:
             rows += [("your excess", d["choice"]["excess"], True), ("your loss", d["choice"]["loss"], False)]
+        if d["divergence"] is not None:
+            rows += [(label, d["divergence"][k], k != "boundary") for k, label in (
+                ("recommended", "divergence risk"), ("choice", "your div. risk"), ("boundary", "divergence at"))
+                if k in d["divergence"]]
         lines = []
         for label, v, rel in rows:
             f = pct if rel else _fmt
@@ -377,6 +400,17 @@ def recommend(fit, N: float, D: float, *, batch: float | None = None, max_batch:
                   "loss": Estimate.of("choice_loss", out_c["loss"], ci),
                   "prob_near_optimal": float(np.mean(e_c <= excess))}
 
+    divergence = None
+    fitted = divergence_model(fit, keep, seed)
+    if fitted is not None:
+        c0, c1 = fitted
+        risk = lambda lr_, b_: _sigmoid(c0 + c1 * np.log(lr_ / at(batch_=b_)["lr_opt_at_batch"]))  # noqa: E731
+        divergence = {"recommended": Estimate.of("divergence_risk", risk(lr_rec, b_rec), ci, mean=True),
+                      "boundary": Estimate.of("divergence_boundary", np.exp(-c0 / c1), ci),
+                      "n_diverged": int(fit.constants.get("n_censored", 0))}
+        if lr is not None:
+            divergence["choice"] = Estimate.of("choice_divergence_risk", risk(lr, choice["batch"]), ci, mean=True)
+
     return Recommendation(
         recommended={"lr": Estimate.of("recommended_lr", rec["lr_opt_at_batch"], ci, value=lr_rec),
                      "batch": Estimate.of("recommended_batch", b_allowed, ci, value=b_rec)},
@@ -388,4 +422,51 @@ def recommend(fit, N: float, D: float, *, batch: float | None = None, max_batch:
         batch_penalty=Estimate.of("batch_penalty", np.minimum(e_curve.min(1), e_rec), ci, mean=True),
         batch_largest_near_optimal=largest, choice=choice,
         targets={"N": N, "D": D, "batch": batch, "max_batch": max_batch, "lr": lr, "excess": excess, "prob": prob},
-        extrapolation=dict(opt.extrapolation), ci=ci, warnings=tuple(warnings), curve=curve)
+        extrapolation=dict(opt.extrapolation), ci=ci, warnings=tuple(warnings), curve=curve, divergence=divergence)
+
+
+def _sigmoid(t):
+    return 0.5 * (1.0 + np.tanh(0.5 * t))
+
+
+def divergence_model(fit, keep: np.ndarray | None = None, seed: int = 0, prior_sd: float = 10.0,
+                     iters: int = 30) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per posterior draw, (c0, c1) of P(diverge | u) = sigmoid(c0 + c1 u), u = log(lr / lr*_s(B)) of each run of
+    the fit (module docstring: the mode given that draw's ridge, by Newton, then one draw from the Laplace
+    Gaussian there); None where the fit has no diverged run. `keep`: the draws to use (default all)."""
+    from scalinfer.laws.lr import log_lr_opt_at_batch
+    from scalinfer.models.surface.loss import setting_values
+
+    cd = fit.tree["constant_data"]
+    if "x_cens" not in cd or cd["x_cens"].size == 0:
+        return None
+    c = fit.constants
+    draws = fit.draws()
+    if keep is not None:
+        draws = {k: np.asarray(v)[keep] for k, v in draws.items()}
+    a = {k: np.asarray(cd[k]) for k in ("n_s", "d_s", "s_obs", "x_obs", "z_obs", "s_cens", "x_cens", "z_cens")}
+    size_s = np.asarray(cd["size_s"]).astype(int) if c.get("size_scatter") else None
+    p = {k: (np.asarray(v)[:, None] if np.ndim(v) == 1 else np.asarray(v)) for k, v in draws.items()}
+    v = {k: np.asarray(w) for k, w in setting_values(p, a["n_s"], a["d_s"], size_s).items()}
+    s_all = np.concatenate([a["s_obs"], a["s_cens"]]).astype(int)
+    x = np.concatenate([a["x_obs"], a["x_cens"]])
+    z = np.concatenate([a["z_obs"], a["z_cens"]])
+    y = np.concatenate([np.zeros(len(a["x_obs"])), np.ones(len(a["x_cens"]))])
+    ridge = np.asarray(log_lr_opt_at_batch(z[None, :], v["x_star"][:, s_all], v["z_star"][:, s_all],
+                                           v["kappa1"][:, s_all], p["kappa2"]))
+    u = x[None, :] - ridge  # (draws, runs)
+    n = u.shape[0]
+    X = np.stack([np.ones_like(u), u], axis=-1)  # (draws, runs, 2)
+    coef = np.zeros((n, 2))
+    ridge_pen = np.eye(2) / prior_sd**2
+    for _ in range(iters):  # Newton on the penalised log likelihood, every draw at once
+        pr = _sigmoid(np.einsum("drk,dk->dr", X, coef))
+        grad = np.einsum("drk,dr->dk", X, y - pr) - coef / prior_sd**2
+        H = np.einsum("drk,dr,drl->dkl", X, pr * (1 - pr), X) + ridge_pen
+        coef = coef + np.linalg.solve(H, grad[..., None])[..., 0]
+    pr = _sigmoid(np.einsum("drk,dk->dr", X, coef))
+    H = np.einsum("drk,dr,drl->dkl", X, pr * (1 - pr), X) + ridge_pen
+    L = np.linalg.cholesky(np.linalg.inv(H))
+    eps = np.random.default_rng([seed, 23]).standard_normal((n, 2))
+    coef = coef + np.einsum("dkl,dl->dk", L, eps)
+    return coef[:, 0], coef[:, 1]

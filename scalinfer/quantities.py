@@ -97,6 +97,13 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
     _q("choice_excess", RELATIVE, "excess loss of the given (lr, batch), loss(lr, B) / loss(lr*, B*) - 1 per "
                                   "draw; mean: its posterior expectation"),
     _q("choice_loss", LOSS, "the final loss at the given (lr, batch), per draw for a new setting"),
+    _q("divergence_risk", "probability", "P(the run diverges) at the recommended (lr, batch): a logistic in "
+                                         "log(lr / best LR at the batch) fitted to the fit's diverged runs; mean: "
+                                         "its posterior expectation"),
+    _q("choice_divergence_risk", "probability", "P(the run diverges) at the given (lr, batch), by the same "
+                                                "logistic; mean: its posterior expectation"),
+    _q("divergence_boundary", "ratio to the best LR at the batch", "lr / (best LR at the batch) where "
+                                                                   "P(diverge) = 1/2 (the logistic's midpoint)"),
 )}
 
 #: model -> {old name: the name it is an alias of}; both appear in the JSON for one release

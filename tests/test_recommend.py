@@ -269,3 +269,39 @@ def test_every_models_predict_json_names_unit_and_definition(name):
                 assert d[k]["alias_of"] in names and d[k]["definition"].startswith("alias of"), (name, d[k])
         text = p.to_text()
         assert all(d[k]["unit"] in text for k in names), text
+
+
+@pytest.fixture(scope="module")
+def diverging_fit():
+    """A Laplace fit of 240 simulated runs whose LR sweeps reach 11x above the optimum: the truth diverges a run
+    whose log LR lies more than 1.5 above the best LR at its batch (35 of 240 runs). ~10 s alone (~35 s at load
+    14): the Laplace fit of the surface, compiled."""
+    import pandas as pd
+
+    from scalinfer.models.surface import MODEL
+    from scalinfer.runs.schema import validate
+
+    rows = [(n, n * t, 2.0 ** (a / 2), 2.0 ** b) for n in (2e8, 6e8) for t in (20.0, 80.0)
+            for a in range(-26, -11) for b in range(16, 20)]
+    df = MODEL.simulate(MODEL.true_params(), pd.DataFrame(rows, columns=["N", "D", "lr", "batch_tokens"]), seed=3)
+    assert MODEL.true_params()["diverge_above"] == 1.5 and df["diverged"].sum() > 20
+    runs = validate(df.drop(columns=[c for c in df.columns if c.startswith("true_")]), source="simulated",
+                    kind="runs")
+    return scalinfer.fit(runs, model="surface", method="laplace", size_scatter=False, seed=0, quiet=True)
+
+
+def test_divergence_model_recovers_a_known_boundary(diverging_fit):
+    """The truth's boundary is a hard one at lr / lr*_B = e^1.5 = 4.48; the LR grid steps by sqrt 2 (0.35 in log),
+    so the data place it to within that step. The fitted logistic's midpoint interval holds it and is narrower
+    than 2x; the risk at the recommended LR is small, and at 8x the best LR (beyond the boundary) large."""
+    f = diverging_fit
+    lr_opt = float(np.median(f.predict(N=1e9, D=4e10, sensitivity=False)["lr_opt"]))
+    r = f.recommend(1e9, 4e10, lr=8 * lr_opt, max_draws=500, n_lr=41, n_batch=11)  # coarse: the risk is smooth
+    d = r.divergence
+    assert d is not None and d["n_diverged"] > 20
+    b = d["boundary"]
+    assert b.lo <= np.exp(1.5) <= b.hi and b.hi / b.lo < 2.0, b
+    assert d["recommended"].mean < 0.05 and d["choice"].mean > 0.5, d
+    out = r.to_dict()["divergence"]
+    assert out["boundary"]["unit"] == "ratio to the best LR at the batch" and "mean" in out["choice"]
+    assert "divergence risk" in r.to_text()
