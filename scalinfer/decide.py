@@ -1,7 +1,9 @@
 r"""From a posterior to a launch decision: the peak LR and batch to run at (N, D), and what they risk.
 
-For the ``surface`` model (`scalinfer.models.surface`). Each posterior draw d gives, for a new setting at the
-target (N, D) (`scalinfer.models.surface.predict`: the laws plus a new setting's own offsets), a loss surface
+For the ``surface`` model (`scalinfer.models.surface`); which calibration run to buy next, to narrow the
+posterior this decision rests on, is `scalinfer.suggest` (``Fit.suggest``, ``scalinfer suggest``). Each
+posterior draw d gives, for a new setting at the target (N, D) (`scalinfer.models.surface.predict`: the laws
+plus a new setting's own offsets), a loss surface
 :math:`L_d(\eta, B)` over peak LR and batch (tokens per step) and its joint optimum
 :math:`L^*_d = L_d(\eta^*_d, B^*_d)`. The *excess loss* of a choice is relative, per draw:
 

@@ -504,6 +504,13 @@ class Fit:
 
         return recommend(self, N, D, **options)
 
+    def suggest(self, N: float, D: float, candidates=None, **options: Any):
+        """The calibration runs to buy next for the target (N, D), ranked by expected variance cut of log lr_opt
+        there per FLOP: `scalinfer.suggest.suggest` (surface)."""
+        from scalinfer.suggest import suggest
+
+        return suggest(self, N, D, candidates, **options)
+
     # ---- files -------------------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
         """Write the fit as one netCDF file, atomically (a temp file in the same folder, then rename)."""
