@@ -412,6 +412,9 @@ def recommend(fit, N: float, D: float, *, batch: float | None = None, max_batch:
                       "n_diverged": int(fit.constants.get("n_censored", 0))}
         if lr is not None:
             divergence["choice"] = Estimate.of("choice_divergence_risk", risk(lr, choice["batch"]), ci, mean=True)
+        if divergence["n_diverged"] < 5:
+            warnings.append(f"the divergence risk rests on {divergence['n_diverged']} diverged run(s): its boundary is "
+                            "placed by little more than the runs' LR range (a wide interval)")
 
     return Recommendation(
         recommended={"lr": Estimate.of("recommended_lr", rec["lr_opt_at_batch"], ci, value=lr_rec),
