@@ -279,9 +279,10 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig):
 def _nuts_program(model_fn, static, config: NutsConfig, chains: int, parallel: bool):
     """The compiled program, the shapes of what its loop carries (`_chain_fn`) and where that goes (None: the
     default device): one chain (`jax.jit`), or `chains` chains on as many devices, the loop split over them
-    as the program returns it (so that the chunks after the first do not compile again). The parallel form is what ``jax.pmap(chain, in_axes=(0, 0, None,
-    None, 0, None, None))`` is in this JAX (a `jit` of a `shard_map` over a mesh of the devices), written out
-    so that the program keeps its name in JAX's compile logs and cache."""
+    as the program returns it (so that the chunks after the first do not compile again). The parallel form is
+    what ``jax.pmap(chain, in_axes=(0, 0, None, None, 0, None, None))`` is in this JAX (a `jit` of a
+    `shard_map` over a mesh of the devices), written out so that the program keeps its name in JAX's compile
+    logs and cache."""
     fn, loop_shapes = _chain_fn(model_fn, static, config)
     if not parallel:
         return jax.jit(fn), loop_shapes, None
