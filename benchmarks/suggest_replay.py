@@ -1,0 +1,149 @@
+"""Replay of `scalinfer.suggest` on Step Law's dense grid: which runs to buy, against random and grid order.
+
+The universe is Step Law's dense runs with N <= 6e8 (1,746 runs, 15 settings); the target is lr_opt at
+N = 1,073,741,824, D = 2e10 (the held-out size). First the whole universe is fitted: its lr_opt 90% interval
+(hi/lo, natural scale) is the width to reach. Then each strategy starts from the same seed design (``--seed-runs``
+runs per setting, drawn at random) and buys runs from the universe in rounds of ``--per-round``, refitting
+after each round, until its width is within 10% of the full grid's (log width <= 1.1 x the full's) or the
+universe is spent:
+
+- ``suggest``: the ``--per-round`` remaining runs of the highest expected reduction of the posterior variance of
+  log lr_opt at the target per FLOP (`scalinfer.suggest.suggest`, each run scored alone: a round's picks are
+  the top of one ranking, not a jointly optimised batch);
+- ``random``: uniformly among the remaining runs (seeded);
+- ``grid``: the file's order (size by size, budget by budget, LR by batch): a sweep run as it is listed.
+
+The rounds run round-major (each strategy buys its round before any buys the next), so a run cut short still
+compares the strategies at equal rounds.
+
+Refits are short NUTS (``--chains`` x (``--warmup`` + ``--samples``), default 2 x (250 + 250)), not the full
+4 x (500 + 1,000): the interval widths are then noisier by a few percent, the same for every strategy. The cost
+of a strategy is the FLOPs of the runs it bought beyond the seed design (6 N D each); the JSON last line gives
+``flops_ratio_vs_random`` and ``flops_ratio_vs_grid`` (suggest's over theirs; a strategy that never reaches the
+width counts as the whole universe's FLOPs, and ``reached`` says which did).
+
+    nice -n 10 .venv/bin/python benchmarks/suggest_replay.py [--per-round 48] [--max-rounds 8] [--quick]
+        [--full-width HI_OVER_LO]
+
+Reads ``../shared/datasets/steplaw/dense_runs.csv`` (relative to the repository root).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATASET = ROOT.parent / "shared" / "datasets" / "steplaw" / "dense_runs.csv"
+TARGET_N, TARGET_D = 1073741824.0, 2e10
+
+
+def width(fit) -> float:
+    """hi/lo of lr_opt's 90% interval at the target."""
+    _, lo, hi = fit.predict(N=TARGET_N, D=TARGET_D, ci=0.9, sensitivity=False).interval("lr_opt")
+    return float(hi / lo)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", default=str(DATASET))
+    ap.add_argument("--seed-runs", type=int, default=4, help="runs per setting in the seed design")
+    ap.add_argument("--per-round", type=int, default=48, help="runs bought per round")
+    ap.add_argument("--max-rounds", type=int, default=8)
+    ap.add_argument("--chains", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=250)
+    ap.add_argument("--samples", type=int, default=250)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--full-width", type=float, default=None,
+                    help="the full grid's hi/lo, measured before (skips its fit)")
+    ap.add_argument("--quick", action="store_true", help="2 rounds, 1 x (150 + 150) refits: a smoke run")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.max_rounds, args.chains, args.warmup, args.samples = 2, 1, 150, 150
+    if not Path(args.dataset).exists():
+        print(f"no dataset at {args.dataset}", file=sys.stderr)
+        return 1
+    import scalinfer
+    from scalinfer.runs.schema import validate
+    from scalinfer.suggest import suggest
+
+    t0 = time.perf_counter()
+    full = scalinfer.load_runs(args.dataset, format="steplaw", where="N <= 6e8").df.reset_index(drop=True)
+    flops = 6.0 * full["N"].to_numpy() * full["D"].to_numpy()
+
+    def refit(idx):
+        runs = validate(full.iloc[sorted(idx)].reset_index(drop=True), source="steplaw-replay", kind="runs")
+        return scalinfer.fit(runs, model="surface", chains=args.chains, warmup=args.warmup, samples=args.samples,
+                             seed=args.seed, quiet=True)
+
+    w_full = args.full_width or width(refit(range(len(full))))
+    goal = float(np.exp(1.1 * np.log(w_full)))
+    print(f"full grid: {len(full)} runs, lr_opt 90% hi/lo at N={TARGET_N:.4g}, D={TARGET_D:.3g}: {w_full:.3f}; "
+          f"goal <= {goal:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    rng = np.random.default_rng(args.seed)
+    seed_idx = [int(i) for _, g in full.groupby(["N", "D"]) for i in
+                rng.choice(g.index.to_numpy(), min(args.seed_runs, len(g)), replace=False)]
+    seed_flops = float(flops[seed_idx].sum())
+    fit0 = refit(seed_idx)
+    w0 = width(fit0)
+    print(f"seed design: {len(seed_idx)} runs, {seed_flops:.3g} FLOPs, hi/lo {w0:.3f}", flush=True)
+
+    # round-major: every strategy buys its round before any buys the next, so a cut-short run compares them fairly
+    state = {k: {"have": list(seed_idx), "fit": fit0, "w": w0, "spent": 0.0, "trace": [], "done": False}
+             for k in ("suggest", "random", "grid")}
+    pick_rng = np.random.default_rng(args.seed + 1)
+    for rnd in range(args.max_rounds):
+        for strategy, st in state.items():
+            if st["done"] or np.log(st["w"]) <= 1.1 * np.log(w_full):
+                st["done"] = True
+                continue
+            have = st["have"]
+            rest = np.setdiff1d(np.arange(len(full)), have)
+            if not rest.size:
+                st["done"] = True
+                continue
+            k = min(args.per_round, rest.size)
+            if strategy == "suggest":
+                cand = full.loc[rest, ["N", "D", "lr", "batch_tokens"]].rename(columns={"batch_tokens": "batch"})
+                s = suggest(st["fit"], TARGET_N, TARGET_D, cand.reset_index(drop=True), max_draws=400,
+                            n_outcomes=100, seed=args.seed)
+                # the table is ranked; map its rows back to the universe's index through (N, D, lr, batch)
+                key = {tuple(r): i for i, r in zip(rest, cand.to_numpy())}
+                picks = [key[tuple(r)] for r in s.table[["N", "D", "lr", "batch"]].to_numpy()[:k]]
+            elif strategy == "random":
+                picks = list(pick_rng.choice(rest, k, replace=False))
+            else:
+                picks = list(rest[:k])
+            have += [int(i) for i in picks]
+            st["spent"] += float(flops[picks].sum())
+            st["fit"] = refit(have)
+            st["w"] = width(st["fit"])
+            st["trace"].append({"round": rnd + 1, "runs": len(have), "flops": st["spent"], "width": st["w"]})
+            print(f"{strategy:>8} round {rnd + 1}: {len(have)} runs, +{st['spent']:.3g} FLOPs, hi/lo {st['w']:.3f} "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    results = {}
+    for strategy, st in state.items():
+        reached = bool(np.log(st["w"]) <= 1.1 * np.log(w_full))
+        results[strategy] = {"reached": reached,
+                             "flops": st["spent"] if reached else float(flops.sum() - seed_flops),
+                             "flops_spent": st["spent"], "width": st["w"], "trace": st["trace"]}
+        print(f"{strategy:>8}: {'reached' if reached else 'did not reach'} the goal; {st['spent']:.3g} FLOPs beyond "
+              "the seed", flush=True)
+    out = {"target": {"N": TARGET_N, "D": TARGET_D}, "width_full": w_full, "width_seed": w0, "goal": goal,
+           "seed_runs": len(seed_idx), "per_round": args.per_round,
+           "refit": f"nuts {args.chains} x ({args.warmup} + {args.samples})",
+           **{f"{k}_{f}": v[f] for k, v in results.items() for f in ("reached", "flops", "width")},
+           "flops_ratio_vs_random": results["suggest"]["flops"] / results["random"]["flops"],
+           "flops_ratio_vs_grid": results["suggest"]["flops"] / results["grid"]["flops"],
+           "wall_s": time.perf_counter() - t0}
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
