@@ -9,6 +9,17 @@ Prints the sensitivities of each quantity at the target, lr_opt's 90% interval, 
 power-scaling moves lr_opt most (`arviz_stats.psense` on a DataTree view, which also checks that
 `scalinfer.inference.sensitivity.prior_sensitivity` gives psense's numbers), the CPU and wall time of the
 sensitivity at one target and on a 5 x 4 grid, and, last, one JSON object with the figures.
+
+Refitting instead (#22's done-criterion: the 90% lr_opt interval's width at the target moves by less than 2x
+when the scale of any single prior is changed 10x up or down):
+
+    nice -n 10 .venv/bin/python benchmarks/prior_sensitivity.py --refit [--base population|default]
+        [--priors lr_size,lr_exp_N,...] [--runs ../shared/datasets/steplaw/dense_runs.csv --format steplaw
+        --where "N <= 6e8"] [--chains 2 --warmup 300 --samples 300]
+
+fits the table with the base prior, then once per prior and factor (x0.1, x10) with that one prior's scale
+changed (`Priors.scaled`: a Normal's sd, beta of an InverseGamma on tau^2, nu's Gamma scale), and prints the
+width (hi/lo) of each fit's 90% lr_opt interval at the target and its ratio to the base's, then a JSON line.
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 
 import scalinfer.runtime
 
@@ -38,12 +50,76 @@ def _timed(fn, repeat=3):
     return best  # (CPU s, wall s) of the fastest
 
 
+#: the priors refitted by default: those of the population prior (`scalinfer.models.surface.population.SCALES`)
+#: and the settings' scatter
+REFIT_PRIORS = ("lr_size", "b_size", "loss_size", "lr_exp_N", "lr_exp_D", "batch_exp_N", "batch_exp_D", "kappa1",
+                "c_lr0", "c_b0", "delta_lr", "delta_b", "tau_optimum_sd")
+
+
+def refit(args) -> None:
+    """Refit with each prior's scale x0.1 and x10; the 90% lr_opt interval's width at the target for each."""
+    import dataclasses
+    import sys
+    from pathlib import Path
+
+    import scalinfer
+    from scalinfer.models.surface.population import PRIOR_SETS
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from population_prior import given_priors_model
+
+    runs = scalinfer.load_runs(args.runs, format=args.format, where=args.where)
+    base = PRIOR_SETS[args.base]
+
+    def width(priors) -> tuple[float, float, float, float, float]:
+        t0 = time.process_time()
+        f = scalinfer.fit(runs, model=given_priors_model(priors), chains=args.chains, warmup=args.warmup,
+                          samples=args.samples, seed=0)
+        med, lo, hi = f.predict(N=args.N, D=args.D, sensitivity=False).interval("lr_opt")
+        rhat = max(v["r_hat"] for v in f.summary().values() if np.isfinite(v["r_hat"]))
+        return float(med), float(lo), float(hi), float(rhat), time.process_time() - t0
+
+    rows = {"base": width(base)}
+    w0 = rows["base"][2] / rows["base"][1]
+    print(f"{'prior':<16}{'factor':>7}{'median':>10}{'lo':>10}{'hi':>10}{'hi/lo':>8}{'/ base':>8}{'R-hat':>7}"
+          f"{'CPU s':>7}")
+    print(f"{'base (' + args.base + ')':<16}{'':>7}{rows['base'][0]:>10.3g}{rows['base'][1]:>10.3g}"
+          f"{rows['base'][2]:>10.3g}{w0:>8.2f}{1.0:>8.2f}{rows['base'][3]:>7.3f}{rows['base'][4]:>7.0f}", flush=True)
+    for name in args.priors.split(","):
+        for factor in (0.1, 10.0):
+            r = rows[f"{name} x{factor:g}"] = width(base.scaled(name, factor))
+            w = r[2] / r[1]
+            print(f"{name:<16}{factor:>7g}{r[0]:>10.3g}{r[1]:>10.3g}{r[2]:>10.3g}{w:>8.2f}{w / w0:>8.2f}{r[3]:>7.3f}"
+                  f"{r[4]:>7.0f}", flush=True)
+    widths = {k: r[2] / r[1] for k, r in rows.items()}
+    print(json.dumps({"target": {"N": args.N, "D": args.D}, "base": args.base,
+                      "base_priors": dataclasses.asdict(base), "width_ratio": widths,
+                      "width_vs_base": {k: w / w0 for k, w in widths.items()},
+                      "rows": {k: dict(zip(("median", "lo", "hi", "rhat_max", "cpu_s"), r)) for k, r in rows.items()},
+                      "settings": {k: getattr(args, k) for k in ("runs", "format", "where", "chains", "warmup",
+                                                                   "samples")}, "load_avg": os.getloadavg()[0]}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("fit")
+    ap.add_argument("fit", nargs="?", help="a saved surface fit (not with --refit)")
     ap.add_argument("--N", type=float, default=7e10)
     ap.add_argument("--D", type=float, default=1.4e12)
+    ap.add_argument("--refit", action="store_true", help="refit with each prior's scale x0.1 and x10")
+    ap.add_argument("--base", default="population", choices=("population", "default"))
+    ap.add_argument("--priors", default=",".join(REFIT_PRIORS), help="the `Priors` fields to scale")
+    ap.add_argument("--runs", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets" / "steplaw"
+                                          / "dense_runs.csv"))
+    ap.add_argument("--format", default="steplaw")
+    ap.add_argument("--where", default="N <= 6e8")
+    ap.add_argument("--chains", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--samples", type=int, default=300)
     args = ap.parse_args()
+    if args.refit:
+        return refit(args)
+    if args.fit is None:
+        ap.error("a fit file, or --refit")
     from arviz_stats import psense
 
     f = load_fit(args.fit)
