@@ -320,7 +320,8 @@ def _chunks(warmup: int, samples: int, progress: bool) -> list[tuple[int, int]]:
 
 def _run_chunks(run, args, loop, warmup: int, samples: int, chunks, bar) -> tuple:
     """Call the program over `chunks`, updating `bar` (tqdm) after each with the phase and the divergent
-    draws so far; returns its last output (draws, stats)."""
+    draws so far; returns its last output (draws, stats). The bar says "starting" until the first chunk
+    returns: that call also compiles the program when neither JAX's caches nor the persistent one hold it."""
     diverging = 0
     for start, stop in chunks:
         loop, draws, stats = run(*args, loop, start, stop)
@@ -400,13 +401,13 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     chunks = _chunks(int(warmup), int(samples), show)
     total = int(warmup) + int(samples)
     with tqdm(total=total * (1 if parallel else chains), file=sys.stderr, disable=not show, unit="it",
-              dynamic_ncols=True, desc=f"NUTS, {chains} chains", leave=True) as bar:
+              dynamic_ncols=True, desc=f"NUTS, {chains} chains: starting", leave=True) as bar:
         if parallel:
             outs = [_run_chunks(run, (keys, init_w, preconditioner, data), loop, warmup, samples, chunks, bar)]
         else:
             outs = []
             for c in range(chains):
-                bar.set_description_str(f"NUTS, chain {c + 1} of {chains}", refresh=False)
+                bar.set_description_str(f"NUTS, chain {c + 1} of {chains}: starting", refresh=c > 0)
                 outs.append(_run_chunks(run, (keys[c], init_w[c], preconditioner, data), loop, warmup, samples,
                                         chunks, bar))
     outs = jax.device_get(outs)
