@@ -506,20 +506,22 @@ def test_moe_total_and_active():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("size_scatter", [False, True])
-def test_calibration_script_smoke(size_scatter):
-    """The calibration benchmark end to end on 2 tiny data sets; its last line is the JSON contract."""
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "calibration_lr.py"), "--datasets", "2",
-                        "--design", "tiny", "--chains", "1", "--warmup", "60", "--samples", "60", "--tau-prior"]
-                       + ([] if size_scatter else ["--no-size-scatter"]), capture_output=True, text=True, timeout=900,
-                       cwd=ROOT)
+def test_sbc_script_smoke():
+    """The SBC benchmark (benchmarks/sbc.py, which calibration_lr.py now runs) end to end on one data set of one
+    variant with one short chain; its last line is the JSON contract."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "calibration_lr.py"), "--datasets", "1",
+                        "--chains", "1", "--warmup", "60", "--samples", "60"], capture_output=True, text=True,
+                       timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    for ci in ("coverage_50", "coverage_90"):
-        assert set(out[ci]) == {"lr_opt", "batch_opt"}
-        assert all(v in (0.0, 0.5, 1.0) for v in out[ci].values())  # 2 data sets: 0, 1 or 2 hits
-    assert out["n_datasets"] == 2 and out["tau"] == "prior HalfNormal(0.3)"
-    assert out["size_scatter"] == ("prior: tau^2 ~ InverseGamma" if size_scatter else False)
+    rows = [(row["variant"], row["ratio"]) for row in out["rows"]]
+    assert rows == [("well_specified", f"{k}x") for k in (2, 10, 100)]
+    for row in out["rows"]:
+        for ci in ("coverage_50", "coverage_90"):
+            assert set(row[ci]) == {"lr_opt", "batch_opt"}
+            assert all(v in (0.0, 1.0, None) for v in row[ci].values())  # 1 data set: a hit or not (None: unfitted)
+        assert set(row["sbc"]) == {"lr_opt", "batch_opt"}
+    assert 0.0 <= out["censored_fraction"] <= 1.0 and out["fits"]["n"] + out["fits"]["failed"] == 1
 
 
 @pytest.mark.slow
