@@ -1,6 +1,8 @@
 """Reduced designs of the ``surface`` model (`scalinfer.models.surface.design`): an LR sweep at one batch
-(``fixed_batch``) and a batch sweep at one LR (``fixed_lr``): detection, forcing, and fits at default NUTS
-settings on simulated data with a known optimum."""
+(``fixed_batch``) and a batch sweep at one LR (``fixed_lr``): detection, forcing, and a fit of the fixed-batch
+design at default NUTS settings on simulated data with a known optimum. (The fixed-LR fit does not yet converge
+at defaults: R-hat 1.19 on nu with 84 runs at one LR; that check lives in benchmarks/defaults.py until it does,
+rather than as an expected failure costing two minutes of every test run.)"""
 
 from __future__ import annotations
 
@@ -105,11 +107,6 @@ def fixed_batch_fit():
     return _cut_fit("lr")
 
 
-@pytest.fixture(scope="module")
-def fixed_lr_fit():
-    return _cut_fit("batch")
-
-
 def _converged(f):
     s = f.summary()
     worst = max(s, key=lambda k: s[k]["r_hat"])
@@ -145,25 +142,6 @@ def test_fixed_batch_fit_converges_and_holds_the_true_lr(fixed_batch_fit, tmp_pa
     g = scalinfer.load_fit(f.save(tmp_path / "fb.nc"))
     assert np.allclose(g.predict(**TARGET)["lr_opt_at_batch"], p["lr_opt_at_batch"])
     assert "loss" in g.predict(**TARGET, lr=1e-3).draws
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(reason="not yet converged at defaults: measured R-hat 1.19 on nu (84 runs, one LR; the "
-                          "Student-t's nu is weakly identified with 7 batches per setting); #21 item 2 open",
-                   strict=False)
-def test_fixed_lr_fit_converges_and_holds_the_true_batch(fixed_lr_fit):
-    f = fixed_lr_fit
-    assert f.constants["design"] == 2.0
-    _converged(f)
-    assert not any(k.startswith(("a0", "a_", "kappa", "c_lr", "delta_lr", "tau_lr", "eps_lr")) for k in f.draws())
-    p = f.predict(**TARGET)
-    assert set(p.draws) == {"batch_opt_at_lr", "loss_opt_at_lr"}
-    med, lo, hi = p.interval("batch_opt_at_lr", 0.9)
-    truth = _noiseless_optimum("batch", **TARGET)
-    assert lo <= truth <= hi, (truth, lo, hi)
-    with pytest.raises(ModelError, match="answers at that lr only"):
-        f.predict(**TARGET, lr=2 * ETA0)
-    assert "loss" in f.predict(**TARGET, batch=B0).draws
 
 
 def test_surface_figures_refuse_a_reduced_design_in_one_line():
