@@ -85,7 +85,7 @@ TOY = NormalMean()
 @pytest.fixture
 def toy_model(monkeypatch):
     """The toy registered under its name (a fit file names its model; `load_fit` and `Fit` look it up)."""
-    monkeypatch.setitem(scalinfer.models._REGISTRY, TOY.name, f"{__name__}:TOY")
+    monkeypatch.setitem(scalinfer.models._REGISTRY, TOY.name, (f"{__name__}:TOY", TOY.version))
     return TOY
 
 
