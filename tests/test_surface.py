@@ -508,7 +508,8 @@ def test_moe_total_and_active():
 @pytest.mark.slow
 def test_sbc_script_smoke():
     """The SBC benchmark (benchmarks/sbc.py, which calibration_lr.py now runs) end to end on one data set of one
-    variant with one short chain; its last line is the JSON contract."""
+    variant with one short chain; its last line is the JSON contract. Slow (141 s at load ~12, mostly compiling
+    the one fit): it replaces the old calibration script's two smoke runs."""
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "calibration_lr.py"), "--datasets", "1",
                         "--chains", "1", "--warmup", "60", "--samples", "60"], capture_output=True, text=True,
                        timeout=900, cwd=ROOT)
