@@ -24,9 +24,7 @@ def test_notebooks_are_committed_without_outputs():
         assert not dirty, f"{path.name}: cells {dirty} have outputs; strip them before committing"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs(path: Path):
+def _run_notebook(path: Path) -> None:
     import nbformat
     from nbclient import NotebookClient
 
@@ -37,3 +35,19 @@ def test_notebook_runs(path: Path):
                    ).execute()
     images = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert images >= 1, f"{path.name} shows no figure"
+
+
+def _notebook_class(path: Path) -> type:
+    """A test class per notebook: the README's ``--dist loadscope`` keeps each test file's functions on one
+    worker (they share module-scoped fits) but schedules each class on its own, so the notebooks, which share
+    nothing and take minutes each, run side by side instead of one after another."""
+
+    @pytest.mark.slow
+    def test_runs(self):
+        _run_notebook(path)
+
+    return type(f"TestNotebook_{path.stem}", (), {"test_runs": test_runs, "__doc__": f"notebooks/{path.name}"})
+
+
+for _path in NOTEBOOKS:
+    globals()[f"TestNotebook_{_path.stem}"] = _notebook_class(_path)
