@@ -532,17 +532,33 @@ def load_fit(path: str | os.PathLike) -> Fit:
 
 
 def read_summary(path: str | os.PathLike) -> dict[str, Any]:
-    """`Fit.summary_dict` of a saved fit, read from the file without the model's code (a file written before
-    fits carried their summary is loaded in full and summarised). Raises `FitFileError` as `load_fit`."""
-    fit = Fit(_open(Path(path)))
-    if "summary_json" not in fit.tree.attrs:
-        _build_model(Path(path), fit)
+    """`Fit.summary_dict` of a saved fit, read from the file's root attributes without loading its groups or
+    the model's code (a file written before fits carried their summary is loaded in full and summarised).
+    Raises `FitFileError` as `load_fit`."""
+    path = Path(path)
+    head = _head(path)
+    if head is not None and "summary_json" in head[0]:
+        _check(path, *head)
+        return json.loads(str(head[0]["summary_json"]))
+    fit = Fit(_open(path))
+    _build_model(path, fit)
     return fit.summary_dict()
 
 
+def _head(path: Path) -> tuple[dict[str, Any], set[str]] | None:
+    """The root attributes and group names of an HDF5 file (None where h5py cannot read it: `_open` then says
+    what is wrong)."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as h:
+            return dict(h.attrs), set(h.keys())
+    except Exception:  # not HDF5, a folder, unreadable: `_open` names it
+        return None
+
+
 def _open(path: Path):
-    """The checked DataTree of a fit file: netCDF, scalinfer's format, the groups a fit has, and a model of
-    this scalinfer's version (checked against the registry, without importing the model)."""
+    """The checked DataTree of a fit file (`_check`)."""
     import xarray as xr
 
     if not path.exists():
@@ -551,24 +567,30 @@ def _open(path: Path):
         tree = xr.open_datatree(path, engine="h5netcdf").load()
     except Exception as e:  # h5py/xarray raise many types for a file that is not netCDF
         raise FitFileError(f"{path}: not a netCDF fit file ({type(e).__name__}: {e})") from None
-    fmt = tree.attrs.get("file_format")
+    _check(path, tree.attrs, set(tree.children))
+    return tree
+
+
+def _check(path: Path, attrs: dict[str, Any], groups: set[str]) -> None:
+    """A fit file: scalinfer's format, the groups a fit has, and a model of this scalinfer's version (checked
+    against the registry, without importing the model)."""
+    fmt = attrs.get("file_format")
     if fmt is None:
         raise FitFileError(f"{path}: a netCDF file, but not written by scalinfer (no 'file_format' attribute)")
     if fmt != FILE_FORMAT:
         raise FitFileError(f"{path}: file format {fmt!r}; this scalinfer ({__version__}) reads {FILE_FORMAT!r}")
     for g in ("posterior", "constant_data"):
-        if g not in tree.children:
+        if g not in groups:
             raise FitFileError(f"{path}: the {g!r} group is missing")
-    name = str(tree.attrs.get("model"))
+    name = str(attrs.get("model"))
     try:
         version = model_version(name)
     except ModelError as e:
         raise FitFileError(f"{path}: {e}") from None
-    if str(tree.attrs.get("model_version")) != version:
+    if str(attrs.get("model_version")) != version:
         raise FitFileError(
-            f"{path}: written by model {name!r} version {tree.attrs.get('model_version')}, this scalinfer "
+            f"{path}: written by model {name!r} version {attrs.get('model_version')}, this scalinfer "
             f"has version {version}; refit with this version")
-    return tree
 
 
 def _build_model(path: Path, fit: Fit) -> None:
