@@ -440,6 +440,7 @@ def divergence_model(fit, keep: np.ndarray | None = None, seed: int = 0, prior_s
     the fit (module docstring: the mode given that draw's ridge, by Newton, then one draw from the Laplace
     Gaussian there); None where the fit has no diverged run. `keep`: the draws to use (default all)."""
     from scalinfer.laws.lr import log_lr_opt_at_batch
+    from scalinfer.models.surface.design import design_of, fill_left_out
     from scalinfer.models.surface.loss import setting_values
 
     cd = fit.tree["constant_data"]
@@ -452,6 +453,9 @@ def divergence_model(fit, keep: np.ndarray | None = None, seed: int = 0, prior_s
     a = {k: np.asarray(cd[k]) for k in ("n_s", "d_s", "s_obs", "x_obs", "z_obs", "s_cens", "x_cens", "z_cens")}
     size_s = np.asarray(cd["size_s"]).astype(int) if c.get("size_scatter") else None
     p = {k: (np.asarray(v)[:, None] if np.ndim(v) == 1 else np.asarray(v)) for k, v in draws.items()}
+    n = len(next(iter(p.values())))  # a reduced design's (one batch or one LR) left-out sites at their values there
+    p = fill_left_out(p, design_of(c), np.zeros((n, 1)), np.zeros((n, len(a["n_s"]))),
+                      np.zeros((n, int(c.get("n_sizes", 0)))))
     v = {k: np.asarray(w) for k, w in setting_values(p, a["n_s"], a["d_s"], size_s).items()}
     s_all = np.concatenate([a["s_obs"], a["s_cens"]]).astype(int)
     x = np.concatenate([a["x_obs"], a["x_cens"]])
