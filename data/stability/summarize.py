@@ -1,0 +1,43 @@
+"""Write data/stability/summary.csv: one row per finished run of the QK-norm stability study.
+
+Columns: size (``d32l2h2`` ...), N (N_total), qk_norm, lr (the global peak LR), lr_ratio (lr over the size's
+base LR, the surface model's optimum: 2^k, k = -1..7), loss (held-out nats per byte token; empty if
+diverged), diverged (a non-finite training loss stopped the run), diverged_at_tokens, wall_s, run_id.
+
+    python data/stability/summarize.py
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+#: the base LR per size (the sweep's x1 point; sweep.toml's header, written by make_sweep.py)
+BASE = {"d32l2h2": 0.00909, "d48l2h3": 0.00575, "d64l2h4": 0.00416}
+
+
+def main() -> None:
+    manifest = json.loads((HERE / "manifest.json").read_text())
+    records = {r["run_id"]: r for r in map(json.loads, (HERE / "runs.jsonl").read_text().splitlines())}
+    rows = []
+    for run in manifest["runs"]:
+        rec = records.get(run["run_id"])
+        if run["state"] != "done" or rec is None:
+            continue
+        size = run["name"].split("-")[0]
+        rows.append({"size": size, "N": rec["N"], "qk_norm": rec["qk_norm"], "lr": rec["lr"],
+                     "lr_ratio": round(rec["lr"] / BASE[size], 3), "loss": rec["loss"],
+                     "diverged": rec["diverged"], "diverged_at_tokens": rec.get("diverged_at_tokens"),
+                     "wall_s": run["wall_s"], "run_id": run["run_id"]})
+    rows.sort(key=lambda r: (r["N"], r["qk_norm"], r["lr"]))
+    with open(HERE / "summary.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["size"])
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {HERE / 'summary.csv'}: {len(rows)} runs")
+
+
+if __name__ == "__main__":
+    main()
