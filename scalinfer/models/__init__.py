@@ -32,8 +32,8 @@ _REGISTRY = {
     "chinchilla": ("scalinfer.models.chinchilla:MODEL", "1"),
     "surface": ("scalinfer.models.surface:MODEL", "1"),
     "classic": ("scalinfer.models.classic:MODEL", "1"),
-    "batch-openai": ("scalinfer.models.batch:OPENAI", "1"),
-    "batch-wsd": ("scalinfer.models.batch:WSD", "1"),
+    "batch-openai": ("scalinfer.models.batch:OPENAI", "2"),
+    "batch-wsd": ("scalinfer.models.batch:WSD", "2"),
     "batch-floor": ("scalinfer.models.batch:FLOOR", "1"),
 }
 MODEL_NAMES = tuple(_REGISTRY)

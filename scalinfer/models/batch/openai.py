@@ -29,7 +29,9 @@ Priors (centered log steps and batch, so each intercept is O(1); weakly informat
   N^0.47 along Chinchilla-optimal targets);
 - ``s_L, k_L ~ Normal(-5, 5)``: exponents of the target loss. Both S_min and the batch grow as the target
   falls; near a floor L_inf, d log B / d log L* = -L* / (L* - L_inf), typically -3 to -20;
-- ``tau_S, tau_B ~ HalfNormal(0.5)``: unit-to-unit scatter around the power laws, tens of percent;
+- ``tau_S, tau_B ~ LogNormal(log 0.1, 0.7)``: unit-to-unit scatter around the power laws, 3-30% (90%), kept
+  off 0 (`scalinfer.models.batch.common.unit_scatter_prior` says why; version 1 had HalfNormal(0.5), whose
+  posterior on Zhang et al.'s 4 units spanned a factor 50 and would not converge);
 - ``sigma ~ HalfNormal(0.3)``: measurement scatter of log steps (eval interval, seed and LR-grid noise:
   steps to target are known to 5-30%).
 """
@@ -53,7 +55,7 @@ __all__ = ["BatchOpenAI", "OPENAI"]
 @dataclasses.dataclass(frozen=True)
 class BatchOpenAI(BatchTableModel):
     name = "batch-openai"
-    version = "1"
+    version = "2"
     predicts = {"batch_crit": "tokens/step", "steps_to_target": "steps", "tokens_to_target": "tokens"}
     dims = {"z_S": ["unit"], "z_B": ["unit"]}
 

@@ -44,7 +44,8 @@ Priors (centered log steps and batch; weakly informative on these scales):
   rho = alpha / (1 + alpha) and mu = (1 + alpha)^(-1/alpha), both 0.4-0.6 for alpha 0.6-1.3);
 - ``kappa_plus ~ LogNormal(0, 1)``: dimensionless curvature of E around E_min (1 under the noise-floor
   model with alpha = 1);
-- ``tau_S, tau_B ~ HalfNormal(0.5)``, ``sigma ~ HalfNormal(0.3)``: as in ``batch-openai``.
+- ``tau_S, tau_B ~ LogNormal(log 0.1, 0.7)``, ``sigma ~ HalfNormal(0.3)``: as in ``batch-openai`` (version 1 had
+  tau ~ HalfNormal(0.5)).
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def steps_wsd_piecewise(batch_tokens, S_min, S_1, S_opt, S_2, E_min, C, A_1):
 @dataclasses.dataclass(frozen=True)
 class BatchWSD(BatchTableModel, LossCurve):
     name = "batch-wsd"
-    version = "1"
+    version = "2"
     predicts = {"batch_min": "tokens/step", "batch_opt": "tokens/step", "batch_crit": "tokens/step",
                 "steps_to_target": "steps", "tokens_to_target": "tokens"}
     dims = {"z_S": ["unit"], "z_B": ["unit"]}
