@@ -305,3 +305,19 @@ def test_divergence_model_recovers_a_known_boundary(diverging_fit):
     out = r.to_dict()["divergence"]
     assert out["boundary"]["unit"] == "ratio to the best LR at the batch" and "mean" in out["choice"]
     assert "divergence risk" in r.to_text()
+
+
+def test_divergence_model_on_a_fixed_batch_fit():
+    """A reduced-design fit (one batch) leaves the batch sites out of its posterior; the divergence model fills
+    them in (it raised KeyError before). The committed fit of data/module_lr/'s hidden-matrix LR valley
+    (data/module_lr/fit_valleys.py) censors 4 runs: x30 at every size and x9.7 at d64, where every size kept
+    x3.1 and two kept x9.7, and the group's best LR is 0.85-0.95x the base. So the even-odds boundary, as a
+    ratio to each size's best LR, must lie past ~3 and below ~35, and the risk must grow with the LR
+    (c1 > 0). 11 s at load ~10 on 2 cores, nearly all of it reading the fit file; the model itself < 1 s."""
+    from conftest import ROOT
+    from scalinfer.decide import divergence_model
+
+    c0, c1 = divergence_model(scalinfer.load_fit(ROOT / "data" / "module_lr" / "fits" / "hidden.nc"))
+    assert c0.shape == c1.shape == (2000,) and np.all(np.isfinite(c0)) and np.all(np.isfinite(c1))
+    assert np.median(c1) > 0
+    assert 3.0 < float(np.median(np.exp(-c0 / c1))) < 35.0
