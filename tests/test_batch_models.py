@@ -218,3 +218,39 @@ def test_wsd_predictions_follow_the_piecewise_curve_at_a_fitted_unit():
     assert (~ok).any() and ok.sum() >= 5
     assert np.all(np.isinf(S[~ok]))  # at or below B_min the target is out of reach
     assert WSD.loss_at_tokens(draws, c, 1e8, 1e10).shape == (n,)
+
+
+def test_floor_table_coordinates_are_an_exact_change_of_variables():
+    """On a steps-to-target table batch-floor samples ``*_gap`` offsets and ``c_logit`` (log c below its
+    wall) instead of a0, a_N, c0, c_N and log c (its docstring, "Sampling"). The joint density there must be
+    the model's stated one, term for term, plus log |d log c / d c_logit| = log sigmoid(-c_logit): else the
+    reparameterization would have changed the model."""
+    from numpyro.infer.util import log_density
+    from jax.scipy.stats import norm
+
+    data, c = FLOOR.prepare(_table(_small_table()))
+    kwargs = FLOOR.model_kwargs(data, c)
+    point = FLOOR.init_values(data, c)
+    rng = np.random.default_rng(0)
+    point = {k: np.asarray(v) + (0.3 * rng.standard_normal(np.shape(v)) if k.endswith(("_gap", "logit")) else 0)
+             for k, v in point.items()}
+    moved_sites = ("a0_gap", "a_N_gap", "c0_gap", "c_N_gap", "c_logit")
+
+    @jax.jit  # one compiled program: the model's ops one by one cost ~10 s here
+    def density(point):
+        logp, trace = log_density(FLOOR.model, (), kwargs, point)
+        moved = sum(trace[k]["fn"].log_prob(trace[k]["value"]).sum() for k in moved_sites)
+        return logp, moved, {k: s["value"] for k, s in trace.items() if s["type"] != "plate"}
+
+    logp, moved, v = density(point)
+    ref = math.log(c["L_ref"])
+    stated = (norm.logpdf(v["a0"], ref + math.log(0.1), 1.5) + norm.logpdf(v["a_N"], 0, 1)
+              + norm.logpdf(v["c0"], ref + math.log(0.03), 1.5) + norm.logpdf(v["c_N"], 0, 1)
+              + norm.logpdf(v["log_c"], v["c0"] + v["c_N"] * data["x_N_size"], v["tau_c"]).sum()
+              + jax.nn.log_sigmoid(-v["c_logit"]).sum())
+    assert float(moved) == pytest.approx(float(stated), rel=1e-12)
+    assert np.isfinite(float(logp))
+    # the wall: c_logit -> +inf is c -> W, where the smallest reached batch's B_min reaches that batch
+    gap = data["target_loss"] - np.exp(v["log_L_inf"])[data["size"]]
+    wall = np.array([np.min((np.exp(data["log_b"]) * gap)[data["size"] == g]) for g in range(2)])
+    np.testing.assert_allclose(np.exp(v["log_c"]), wall * jax.nn.sigmoid(v["c_logit"]), rtol=1e-12)

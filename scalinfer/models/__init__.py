@@ -34,7 +34,7 @@ _REGISTRY = {
     "classic": ("scalinfer.models.classic:MODEL", "1"),
     "batch-openai": ("scalinfer.models.batch:OPENAI", "2"),
     "batch-wsd": ("scalinfer.models.batch:WSD", "2"),
-    "batch-floor": ("scalinfer.models.batch:FLOOR", "1"),
+    "batch-floor": ("scalinfer.models.batch:FLOOR", "2"),
 }
 MODEL_NAMES = tuple(_REGISTRY)
 

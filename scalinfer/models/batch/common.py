@@ -92,12 +92,12 @@ def unit_scatter_prior() -> dist.Distribution:
 
     Why not a half-normal (model versions 1): the scatter is not zero (sizes differ in shape, and each unit
     carries its own LR-grid and evaluation noise) and above a few tens of percent a power law would not
-    describe the units at all; where the data hold few units (Zhang et al.: 4, one target each) they say little about tau, and a
-    HalfNormal(0.5) left a posterior from 0.005 to 0.27. Over that factor 50 the non-centered deviations z
-    change scale by as much (z = deviation / tau, the deviations pinned by each unit's cells), and no one NUTS
-    step size served both ends: batch-openai on Zhang et al. diverged in 0.9% of its transitions, R-hat 1.016 on
-    tau_S. This prior keeps tau off 0 and below ~0.3, where the same fit converges (benchmarks/README.md,
-    section defaults.py, has the before and after).
+    describe the units at all; where the data hold few units (Zhang et al.: 4, one target each) they say
+    little about tau, and a HalfNormal(0.5) left a posterior from 0.005 to 0.27. Over that factor 50 the
+    non-centered deviations z change scale by as much (z = deviation / tau, the deviations pinned by each
+    unit's cells), and no one NUTS step size served both ends: batch-openai on Zhang et al. diverged in 0.9%
+    of its transitions, R-hat 1.016 on tau_S. This prior keeps tau off 0 and below ~0.3, where the same fit
+    converges (benchmarks/README.md, section defaults.py, has the before and after).
     """
     return dist.LogNormal(float(np.log(0.1)), 0.7)
 
