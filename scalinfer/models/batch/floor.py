@@ -272,7 +272,8 @@ class BatchFloor(BatchTableModel, LossCurve):
         tau_c = numpyro.sample("tau_c", dist.LogNormal(jnp.log(0.1), 0.7))
         sigma = numpyro.sample("sigma", dist.HalfNormal(0.02 if curves else 0.3))
         # sampled as standardized deviations (non-centered): with few sizes a centered form lets the mode
-        # collapse to tau = 0, where its density is unbounded
+        # collapse to tau = 0, where its density is unbounded (on a table log c is sampled below its wall
+        # instead, centered: its tau_c prior has no mass at 0)
         sites = _SIZE_SITES if curves else _SIZE_SITES[:2]
         with numpyro.handlers.reparam(config={k: LocScaleReparam(0) for k in sites}), \
                 numpyro.plate("sizes", n_sizes):
