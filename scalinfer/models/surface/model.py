@@ -60,6 +60,12 @@ Gaussian because JAX cannot differentiate the t CDF in nu.
 
 Priors: `scalinfer.models.surface.priors`.
 
+Reduced designs (`scalinfer.models.surface.design`): a table with one batch is fitted as the model at
+z*_s = 0 with no batch site (an LR-only problem, answered at that batch), one with one LR as the model at
+x*_s = 0 with no LR site; in both the remaining valley is a parabola in its log (p = 2) and the noise's nu is
+3, fixed rather than sampled, because at one batch (one LR) they trade with where each setting's optimum sits
+and open second modes.
+
 Geometry: the fit starts from a per-setting point estimate (`Surface.init_values`) refined to the joint mode;
 NUTS then runs on coordinates scaled by the Laplace standard deviations, with a dense mass matrix for the
 correlation that is left (between the laws' intercepts and the curvatures).
@@ -208,10 +214,11 @@ def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, 
         _size_levels(p, n_size, h_N, ft, left_out_law, pr)
     sigma0 = numpyro.sample("sigma0", dist.HalfNormal(pr.sigma0_sd))
     sigma1 = numpyro.sample("sigma1", dist.HalfNormal(pr.sigma1_sd))
-    nu = numpyro.sample("nu", dist.Gamma(*pr.nu))
+    site("nu", dist.Gamma(*pr.nu))
     # a reduced design's left-out sites at their values there, in the potential's float type (the sizes' as a JAX
     # array: the data's size index is traced)
     p = fill_left_out(p, design, 0.0, np.zeros(n_s.shape[0], ft), jnp.zeros(len(n_size), ft))
+    nu = p["nu"]
     size_s = size_s if size_scatter else None
     loss_law = laws(p, n_s, d_s)["ell"] + size_offsets(p, n_s, size_s)["ell"]
     with numpyro.plate("setting", n_s.shape[0]):
