@@ -1,7 +1,8 @@
 """Shared test helpers: where the published datasets are, and running the CLI in-process.
 
 The suite keeps its own scalinfer cache (compiled programs, the trainer's corpora) in a temporary folder,
-set here before anything configures JAX, so it never reads or writes the user's (~/.cache/scalinfer).
+set here before anything configures JAX, so it never reads or writes the user's (~/.cache/scalinfer); the
+folder is one per run, shared by the run's xdist workers.
 """
 
 from __future__ import annotations
@@ -18,10 +19,15 @@ from pathlib import Path
 
 import pytest
 
-_CACHE = tempfile.mkdtemp(prefix="scalinfer-tests-")
-os.environ["SCALINFER_CACHE"] = _CACHE  # inherited by the subprocesses that tests start
+# One folder for the whole run: pytest-xdist's workers (and the subprocesses and notebook kernels that tests
+# start) inherit the controlling process's environment, so a program one worker compiled is a persistent-cache
+# hit in the others. The process that made the folder removes it when it exits.
+if "SCALINFER_TEST_CACHE" not in os.environ:
+    os.environ["SCALINFER_TEST_CACHE"] = tempfile.mkdtemp(prefix="scalinfer-tests-")
+    atexit.register(shutil.rmtree, os.environ["SCALINFER_TEST_CACHE"], ignore_errors=True)
+_CACHE = os.environ["SCALINFER_TEST_CACHE"]
+os.environ["SCALINFER_CACHE"] = _CACHE
 os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
-atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 import scalinfer.runtime  # noqa: E402
 
@@ -65,3 +71,26 @@ def run_cli(*args: str) -> CliResult:
         except SystemExit as e:  # argparse errors
             code = e.code if isinstance(e.code, int) else 1
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="session")
+def surface_sim_fit(tmp_path_factory):
+    """The simulated ``surface`` table of test_surface and test_recommend and its NUTS fit, made once per run.
+
+    405 runs (`support.designs.surface_design("small")`: 9 settings; the model's `true_params`, seed 11) and one
+    fit of them (2 chains x (300 + 300), seed 11), saved: the first worker to ask fits and saves it, the others
+    read the file (`support.shared.made_once`). Returns ``(params, table, fit, path)``; the fit is read back from
+    the file in every worker, so the tests see the fit as a user who reopens it does."""
+    import scalinfer
+    from scalinfer.models.surface import MODEL
+    from scalinfer.runs.schema import validate
+    from support.designs import surface_design
+    from support.shared import made_once
+
+    params = MODEL.true_params()
+    df = MODEL.simulate(params, surface_design("small"), seed=11)
+    runs = validate(df.drop(columns=["true_lr_opt", "true_batch_opt", "true_loss_opt"]), source="simulated",
+                    kind="runs")
+    path = made_once(tmp_path_factory, "surface_sim.nc", lambda p: scalinfer.fit(
+        runs, model="surface", chains=2, warmup=300, samples=300, seed=11).save(p))
+    return params, df, scalinfer.load_fit(path), path

@@ -18,23 +18,17 @@ N, D = 4.5e8, 2.7e10
 
 
 @pytest.fixture(scope="module")
-def sim():
-    from scalinfer.models.surface import MODEL
-
-    params = MODEL.true_params()
-    return params, MODEL.simulate(params, surface_design("small"), seed=11)
+def sim(surface_sim_fit):
+    """(true parameters, the simulated table) of conftest's shared fit: 405 runs in 9 settings, delta_lr = 0.63
+    (the LR valley ~3.5x steeper above the optimum)."""
+    return surface_sim_fit[:2]
 
 
 @pytest.fixture(scope="module")
-def surface_fit(sim, tmp_path_factory):
-    """One NUTS fit of 405 simulated runs (9 settings; delta_lr = 0.63: the LR valley ~3.5x steeper above the
-    optimum), saved for the CLI. Its users are marked slow (the fit is test_surface's: ~130 CPU s)."""
-    from scalinfer.runs.schema import validate
-
-    _, df = sim
-    runs = validate(df.drop(columns=TRUTH_COLUMNS), source="simulated", kind="runs")
-    f = scalinfer.fit(runs, model="surface", chains=2, warmup=300, samples=300, seed=11)
-    return f, f.save(tmp_path_factory.mktemp("recommend") / "surface.nc")
+def surface_fit(surface_sim_fit):
+    """conftest's one NUTS fit of `sim` (test_surface's too: made once per run), and its file. Its users are
+    marked slow (~130 CPU s for the worker that makes it)."""
+    return surface_sim_fit[2:]
 
 
 def _true_expected_loss_lr(params: dict, N: float, D: float, B: float) -> float:

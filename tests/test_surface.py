@@ -26,21 +26,15 @@ def _runs(df: pd.DataFrame, source: str = "simulated"):
 
 
 @pytest.fixture(scope="module")
-def sim():
-    from scalinfer.models.surface import MODEL
-
-    params = MODEL.true_params()
-    df = MODEL.simulate(params, surface_design("small"), seed=11)
-    return params, df
+def sim(surface_sim_fit):
+    """(true parameters, the simulated table) of conftest's shared fit: 405 runs, 9 settings."""
+    return surface_sim_fit[:2]
 
 
 @pytest.fixture(scope="module")
-def surface_fit(sim, tmp_path_factory):
-    """One NUTS fit of 405 simulated runs (9 settings), shared by the tests below; saved and reloaded."""
-    _, df = sim
-    f = scalinfer.fit(_runs(df), model="surface", chains=2, warmup=300, samples=300, seed=11)
-    path = f.save(tmp_path_factory.mktemp("surface") / "surface.nc")
-    return f, path
+def surface_fit(surface_sim_fit):
+    """conftest's one NUTS fit of `sim` (2 x (300 + 300), seed 11), read back from its file, and the file."""
+    return surface_sim_fit[2:]
 
 
 @pytest.mark.slow
