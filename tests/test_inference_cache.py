@@ -49,6 +49,7 @@ def test_second_fit_of_new_data_compiles_nothing():
 
 
 @pytest.mark.skipif(os.environ.get("SCALINFER_NO_CACHE") == "1", reason="persistent cache turned off")
+@pytest.mark.slow
 def test_fit_after_clearing_jax_caches_hits_the_persistent_cache():
     import jax
 

@@ -86,6 +86,7 @@ def test_loss_curve_models_are_declared():
     assert have == {"batch-wsd", "batch-floor"}
 
 
+@pytest.mark.slow
 def test_equal_batch_models_with_options_compile_once():
     """Two equal ``batch-wsd`` models built apart (same options) share every compiled program: a second fit
     of new data of the same shapes compiles nothing."""

@@ -211,6 +211,7 @@ def test_dual_averaging_converges_to_the_step_size_of_the_target_acceptance():
     np.testing.assert_allclose(float(final(state)), np.sqrt(-np.log(0.8)), rtol=0.02)
 
 
+@pytest.mark.slow
 def test_the_step_size_adapts_toward_the_target_acceptance_on_a_gaussian():
     # a 10-d standard normal, targets 0.6 and 0.95: the lower target ends warmup with the longer step and
     # its kept transitions accept less. Each mean acceptance is near its target, not at it: warmup ends on
@@ -232,6 +233,7 @@ def test_the_step_size_adapts_toward_the_target_acceptance_on_a_gaussian():
     assert out[0.6]["num_steps"].mean() < out[0.95]["num_steps"].mean()
 
 
+@pytest.mark.slow
 def test_window_adaptation_sets_the_mass_matrix_from_the_last_window():
     # iterations fed the same two alternating positions: every slow window's covariance is theirs, the
     # step size only follows the acceptance

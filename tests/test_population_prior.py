@@ -118,6 +118,7 @@ def tiny_runs():
     return validate(df.drop(columns=[c for c in df if c.startswith("true_")]), source="simulated", kind="runs")
 
 
+@pytest.mark.slow
 def test_population_prior_round_trips_through_the_fit_file(tiny_runs, tmp_path):
     """A MAP fit on the 96-run tiny design with the default option records its prior (option and constant);
     the reloaded fit is the same model and answers the same. (One compilation of the model: 149 s at load 12.)"""

@@ -89,6 +89,7 @@ def test_readme_blocks_are_found():
     assert readme_blocks(text) == [("A", "md", "```python\nx\n```\n## not a heading\n"), ("B", "python", "y = 1\n")]
 
 
+@pytest.mark.slow
 def test_python_example_runs(workdir: Path, monkeypatch, capsys):
     # in this process, as a fresh module run from the root: the fits share JAX's compiled programs with the
     # command-line example below (a separate interpreter would compile everything again)
@@ -101,6 +102,7 @@ def test_python_example_runs(workdir: Path, monkeypatch, capsys):
         ast.literal_eval(line)
 
 
+@pytest.mark.slow
 def test_command_line_example_runs(workdir: Path, monkeypatch):
     lines = [args for block in section_code("On the command line", "bash") for args in commands(block)]
     if any("../shared/datasets" in a for args in lines for a in args) and not DATASETS.exists():

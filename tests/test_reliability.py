@@ -86,6 +86,7 @@ def _delete(step_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [_truncate, _garbage, _delete], ids=["truncated", "garbage", "deleted"])
+@pytest.mark.slow
 def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(interrupted, tmp_path, damage):
     """Simulates a latest checkpoint (step 10) damaged after it was written: its largest array file
     truncated to 0 bytes, overwritten with garbage, or deleted. The resume must warn, restart from step 5,
@@ -260,6 +261,7 @@ def test_full_disk_appending_records_keeps_the_previous_table(tmp_path, monkeypa
     assert [r["run_id"] for r in read_records(table)] == ["a", "b", "c"]
 
 
+@pytest.mark.slow
 def test_full_disk_writing_the_trainers_record_keeps_the_table_and_a_rerun_adds_it(interrupted, tmp_path,
                                                                                  monkeypatch):
     """Simulates ENOSPC when the trainer appends its record at the end of a run (half the new run table
@@ -310,6 +312,7 @@ def test_full_disk_writing_the_sweeps_merged_table_keeps_it(tmp_path, monkeypatc
     assert [r["run_id"] for r in read_records(out / "runs.jsonl")] == ["r1", "r2"]
 
 
+@pytest.mark.slow
 def test_missing_fork_checkpoint_of_a_healthy_run_is_an_error_not_a_divergence(tmp_path):
     """A decay branch whose stable-phase checkpoint was deleted after the main run passed it: recording the
     branch as diverged would be a false (censored) observation, so the resume stops with a TrainError that

@@ -316,6 +316,7 @@ def test_tracing_the_size_scatter_model_compiles_little_on_its_own():
     assert counts["True"] <= 3, counts
 
 
+@pytest.mark.slow
 def test_size_scatter_potential_stays_float32(sim):
     """NUTS evaluates the surface's potential in float32 (`Surface.potential_dtype`). A NumPy float64 constant
     among the size terms (the sizes' basis, a prior's scale) once promoted every setting's and run's terms to
@@ -484,6 +485,7 @@ def test_cli_predict_json(surface_fit):
     assert len(lines) == 1 + 6 and "lr_opt_median" in lines[0] and "batch_opt_hi" in lines[0]
 
 
+@pytest.mark.slow
 def test_moe_total_and_active():
     """Step Law's MoE runs: N total is (almost) one size for every configuration, N active differs; both fit."""
     path = dataset("steplaw", "moe_runs.csv")

@@ -118,6 +118,7 @@ def _state(params, opt):
     return TrainState(params, opt.init(params), jnp.zeros((), jnp.int32), jax.random.key_data(jax.random.key(0)))
 
 
+@pytest.mark.slow
 def test_sgd_step_relative_update_and_same_update_as_the_plain_step():
     # Unit-LR SGD: the step applies dW = -lr * grad, so ||dW_g|| / ||W_g|| = lr ||grad_g|| / ||W_g||.
     lr, opt = 0.1, optax.sgd(1.0)
@@ -143,6 +144,7 @@ def test_sgd_step_relative_update_and_same_update_as_the_plain_step():
         assert float(d[f"param_rms/{g}"]) == pytest.approx(math.sqrt(sq(s_plain.params) / n), rel=1e-5), g
 
 
+@pytest.mark.slow
 def test_micro_batches_accumulate_to_the_steps_statistics():
     # Two micro-batches: RMS from the mean of mean squares, the max logit the larger one, entropy and
     # load the mean (equal-sized micro-batches).
