@@ -1,8 +1,9 @@
 """Reduced designs of the ``surface`` model (`scalinfer.models.surface.design`): an LR sweep at one batch
 (``fixed_batch``) and a batch sweep at one LR (``fixed_lr``): detection, forcing, and a fit of the fixed-batch
-design at default NUTS settings on simulated data with a known optimum. (The fixed-LR fit does not yet converge
-at defaults: R-hat 1.19 on nu with 84 runs at one LR, issue #21 item 2. Its test comes back when it does; as an
-expected failure it cost two minutes of every run and checked nothing.)"""
+design at default NUTS settings on simulated data with a known optimum (converged as the issue asks: R-hat <=
+1.01, bulk ESS >= 400, under 0.5% divergent transitions; the answer's 90% interval holds the truth). The
+fixed-LR fit does not converge at defaults (with p and nu fixed, 2026-12-01: R-hat 1.55 on tau_b, 84 runs at one
+LR; benchmarks/README.md), so it has no test here yet (#21 item 2 open)."""
 
 from __future__ import annotations
 
@@ -108,10 +109,14 @@ def fixed_batch_fit():
 
 
 def _converged(f):
-    s = f.summary()
+    """The issue's criterion at the defaults (4 x 500 draws): R-hat <= 1.01, bulk ESS >= 400, < 0.5% divergent."""
+    s = {k: v for k, v in f.summary().items() if np.isfinite(v["r_hat"])}
     worst = max(s, key=lambda k: s[k]["r_hat"])
     assert s[worst]["r_hat"] <= 1.01, (worst, s[worst])
-    assert f.divergences == 0
+    least = min(s, key=lambda k: s[k]["ess_bulk"])
+    assert s[least]["ess_bulk"] >= 400, (least, s[least])
+    assert f.divergences < 0.005 * 4 * 500
+    assert "nu" not in f.draws()  # a reduced design's nu is fixed (design.REDUCED_NU), not sampled
 
 
 # The target is 2x the largest fitted N and D (a new setting, whose offsets have mean zero: the law's value is
