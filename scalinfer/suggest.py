@@ -42,6 +42,19 @@ correlated with what the fit already knows there; a candidate at the target's (N
 setting (a run at the target informs the target's own offsets); any other candidate is a new setting with its
 own offsets (`scalinfer.models.surface.predict`, an independent seed per setting).
 
+Several runs at once (``picks`` = k > 1). The scores above are each candidate's value *alone*: two
+candidates that would teach the same thing (two runs a few percent apart in LR) score alike, and the top k
+of that ranking buys the same information k times. With ``picks`` = k the runs are chosen one after another,
+each given the ones before it, by the "believer" rule of batch design (Ginsbourger et al., 2010): after a
+pick c, its outcome is taken to be its posterior predictive mean :math:`\bar y_c = \sum_d w_d \mu_d(c)`, the
+draws' weights become :math:`w_d \leftarrow w_d\, p(\bar y_c \mid \theta_d)`, and every other candidate
+is scored again under the weighted draws (the variance now, the simulated outcomes and the reweighting all
+use w). A candidate that repeats what a pick already teaches then scores little. Columns ``pick`` (1..k in
+the order chosen; 0 for the rest) and ``variance_reduction_given_picks`` (its cut given the picks before it;
+NaN for the rest); the picks come first in the table, the rest follow by ``score``. Each believed outcome
+concentrates the weights, so later picks are scored on fewer effective draws: their order is rougher than the
+first's (more draws help: ``max_draws``, a longer fit).
+
 Assumptions: the candidate converges (a diverged run carries less: for candidates far above the optimum the
 score is an upper bound); the importance weights are only as good as the draws cover the updated posterior
 (``ess`` reports the mean effective sample size of the weights: far below 100, the candidate is so informative
@@ -72,8 +85,9 @@ _SAME = math.log(1.005)  # two sizes (token counts) within 0.5% are the same
 class Suggestion:
     """What `suggest` returns: ``table`` (one row per candidate, best first: ``N``, ``D``, ``lr``, ``batch``,
     ``flops`` = 6 N D, ``setting`` (``fitted``, ``target`` or ``new``), ``variance_reduction`` (R, squared log
-    units), ``score`` (R per FLOP), ``width_after`` (expected hi/lo of g's interval after the run), ``ess``), the
-    target and ``quantity``, ``variance`` (Var(g) now) and ``width_now`` (hi/lo now), ``ci``, ``warnings``."""
+    units), ``score`` (R per FLOP), ``width_after`` (expected hi/lo of g's interval after the run), ``ess``;
+    with ``picks`` > 1 also ``pick`` and ``variance_reduction_given_picks``, the picks first), the target and
+    ``quantity``, ``variance`` (Var(g) now) and ``width_now`` (hi/lo now), ``ci``, ``warnings``."""
 
     table: pd.DataFrame
     targets: dict[str, float]
@@ -192,7 +206,7 @@ def _new_terms(fit, draws, N: float, D: float, lr: np.ndarray, batch: np.ndarray
 
 @float64
 def suggest(fit, N: float, D: float, candidates=None, *, target: str = "lr_opt", ci: float = 0.9,
-            n_outcomes: int = 200, max_draws: int = 1000, seed: int = 0) -> Suggestion:
+            n_outcomes: int = 200, max_draws: int = 1000, seed: int = 0, picks: int = 1) -> Suggestion:
     """Rank candidate calibration runs by the expected reduction of the posterior variance of log `target` at
     (N, D) per FLOP (the module docstring's preposterior analysis).
 
@@ -207,6 +221,8 @@ def suggest(fit, N: float, D: float, candidates=None, *, target: str = "lr_opt",
     n_outcomes : K, simulated outcomes per candidate.
     max_draws : at most this many posterior draws (evenly thinned).
     seed : the target's new-setting offsets (as in ``predict``) and the simulated outcomes.
+    picks : how many runs to buy at once: chosen one after another, each given the ones before it (the module
+        docstring's believer rule); 1 (default): the ranking of each candidate alone.
     """
     _check_fit(fit, "suggest")
     for name, v in (("N", N), ("D", D)):
@@ -216,6 +232,8 @@ def suggest(fit, N: float, D: float, candidates=None, *, target: str = "lr_opt",
         raise ModelError(f"suggest: target must be lr_opt, batch_opt (batch_loss_opt) or loss_opt, got {target!r}")
     if not 0 < ci < 1:
         raise ModelError(f"suggest: ci must be between 0 and 1, got {ci!r}")
+    if not (isinstance(picks, (int, np.integer)) and picks >= 1):
+        raise ModelError(f"suggest: picks must be a whole number of runs, 1 or more, got {picks!r}")
     if n_outcomes < 2 or max_draws < 10:
         raise ModelError(f"suggest: n_outcomes must be at least 2 and max_draws at least 10, got {n_outcomes}, "
                          f"{max_draws}")
@@ -257,32 +275,28 @@ def suggest(fit, N: float, D: float, candidates=None, *, target: str = "lr_opt",
     unusable = ~np.all(np.isfinite(mu) & np.isfinite(sigma) & (sigma > 0), axis=0)
     mu[:, unusable], sigma[:, unusable] = 0.0, 1.0  # scored NaN below
 
-    rng = np.random.default_rng(seed)
-    K = min(n_outcomes, S)
-    ks = rng.choice(S, K, replace=False)
-    t_noise = rng.standard_t(nu[ks][:, None], size=(K, len(cands)))
     from scipy.special import gammaln
 
     log_norm = gammaln((nu + 1) / 2) - gammaln(nu / 2) - 0.5 * np.log(nu * np.pi)  # per draw
-    reduction, width_after, ess = (np.empty(len(cands)) for _ in range(3))
-    for i in range(len(cands)):
-        y = mu[ks, i] + sigma[ks, i] * t_noise[:, i]  # K simulated outcomes
-        r = (y[:, None] - mu[None, :, i]) / sigma[None, :, i]
-        logw = log_norm[None, :] - np.log(sigma[None, :, i]) - (nu[None, :] + 1) / 2 * np.log1p(r * r / nu[None, :])
-        logw[np.arange(K), ks] = -np.inf  # leave the outcome's own draw out
-        w = np.exp(logw - logw.max(1, keepdims=True))
-        w /= w.sum(1, keepdims=True)
-        sw2 = (w * w).sum(1)
-        mean = w @ g
-        var = (w * (g[None, :] - mean[:, None]) ** 2).sum(1) / np.maximum(1 - sw2, 1e-12)
-        reduction[i] = var_now - var.mean()
-        width_after[i] = width_now ** math.sqrt(max(var.mean(), 0.0) / var_now)
-        ess[i] = float(np.mean(1.0 / sw2))
+    K = min(n_outcomes, S)
+    if picks > len(cands):
+        raise ModelError(f"suggest: picks = {picks} but there are only {len(cands)} candidates")
+    reduction, var_after, ess = _score(mu, sigma, nu, log_norm, g, None, K, np.random.default_rng(seed))
+    width_after = width_now ** np.sqrt(np.maximum(var_after, 0.0) / var_now)
     reduction[unusable] = width_after[unusable] = ess[unusable] = np.nan
     flops = 6.0 * cands["N"].to_numpy() * cands["D"].to_numpy()
     table = cands.assign(flops=flops, setting=kind.astype(str), variance_reduction=reduction,
                          score=reduction / flops, width_after=width_after, ess=ess)
-    table = table.sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
+    if picks > 1:
+        order, given = _picks(mu, sigma, nu, log_norm, g, reduction / flops, flops, unusable, picks, K, seed)
+        pick = np.zeros(len(cands), int)
+        pick[order] = np.arange(1, len(order) + 1)
+        table = table.assign(pick=pick, variance_reduction_given_picks=given)
+        table = pd.concat([table.iloc[order], table.drop(index=order).sort_values("score", ascending=False,
+                                                                                  kind="stable")])
+        table = table.reset_index(drop=True)
+    else:
+        table = table.sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
     warnings = list(fit.warnings())
     if unusable.any():
         warnings.append(f"{int(unusable.sum())} candidate(s) have no finite predicted loss under some draws (far "
@@ -292,3 +306,65 @@ def suggest(fit, N: float, D: float, candidates=None, *, target: str = "lr_opt",
                         "size below 100: their variance cut is noisy (more draws: max_draws, a longer fit)")
     return Suggestion(table=table, targets={"N": float(N), "D": float(D)}, quantity=target, variance=var_now,
                       width_now=width_now, ci=ci, warnings=tuple(warnings))
+
+
+def _score(mu, sigma, nu, log_norm, g, w0, K: int, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(variance cut, expected variance after, weights' ESS) of each candidate (column of `mu`, `sigma`) under the
+    draws weighted by `w0` (normalised; None: equal weights): K outcomes simulated from distinct draws chosen by
+    w0, the draws reweighted by w0 times each outcome's likelihood, the outcome's own draw left out (the module
+    docstring)."""
+    S, C = mu.shape
+    if w0 is None:
+        w0 = np.full(S, 1.0 / S)
+        ks = rng.choice(S, K, replace=False)
+    else:
+        ks = rng.choice(S, min(K, np.count_nonzero(w0)), replace=False, p=w0)
+        K = len(ks)
+    t_noise = rng.standard_t(nu[ks][:, None], size=(K, C))
+    log_w0 = np.log(w0)
+    mean0 = w0 @ g
+    var_now = float(w0 @ (g - mean0) ** 2 / max(1 - w0 @ w0, 1e-12))
+    reduction, var_after, ess = (np.empty(C) for _ in range(3))
+    for i in range(C):
+        y = mu[ks, i] + sigma[ks, i] * t_noise[:, i]  # K simulated outcomes
+        r = (y[:, None] - mu[None, :, i]) / sigma[None, :, i]
+        logw = (log_w0[None, :] + log_norm[None, :] - np.log(sigma[None, :, i])
+                - (nu[None, :] + 1) / 2 * np.log1p(r * r / nu[None, :]))
+        logw[np.arange(K), ks] = -np.inf  # leave the outcome's own draw out
+        w = np.exp(logw - logw.max(1, keepdims=True))
+        w /= w.sum(1, keepdims=True)
+        sw2 = (w * w).sum(1)
+        mean = w @ g
+        var = (w * (g[None, :] - mean[:, None]) ** 2).sum(1) / np.maximum(1 - sw2, 1e-12)
+        reduction[i] = var_now - var.mean()
+        var_after[i] = var.mean()
+        ess[i] = float(np.mean(1.0 / sw2))
+    return reduction, var_after, ess
+
+
+def _picks(mu, sigma, nu, log_norm, g, score, flops, unusable, k: int, K: int, seed: int):
+    """The `k` candidates chosen one after another (indices in order) and each one's variance cut given the picks
+    before it (NaN for the others): the first is the best `score`; after each pick the draws' weights take the
+    likelihood of its predictive-mean outcome (the believer rule), and the rest are scored again per FLOP."""
+    S, C = mu.shape
+    w = np.full(S, 1.0 / S)
+    given = np.full(C, np.nan)
+    order: list[int] = []
+    current = np.where(unusable, -np.inf, np.nan_to_num(score, nan=-np.inf))
+    cut = np.where(unusable, np.nan, score * flops)
+    for j in range(k):
+        free = np.setdiff1d(np.arange(C), order)
+        best = int(free[np.argmax(current[free])])
+        order.append(best)
+        given[best] = cut[best]
+        if j == k - 1:
+            break
+        y_bar = w @ mu[:, best]  # the pick's predictive-mean outcome, believed
+        r = (y_bar - mu[:, best]) / sigma[:, best]
+        log_w = np.log(w) + log_norm - np.log(sigma[:, best]) - (nu + 1) / 2 * np.log1p(r * r / nu)
+        w = np.exp(log_w - log_w.max())
+        w /= w.sum()
+        cut, _, _ = _score(mu, sigma, nu, log_norm, g, w, K, np.random.default_rng(seed + 1 + j))
+        cut[unusable] = np.nan
+        current = np.where(unusable, -np.inf, cut / flops)
+    return np.asarray(order), given

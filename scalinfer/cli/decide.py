@@ -2,7 +2,8 @@
 
     scalinfer recommend FIT.nc --N X --D Y [--batch B | --max-batch B] [--excess 0.005] [--prob 0.9]
                         [--lr A] [--ci 0.9] [--json]
-    scalinfer suggest FIT.nc --N X --D Y [--candidates RUNS.csv] [--target lr_opt] [--top 10] [--out RANKED.csv]
+    scalinfer suggest FIT.nc --N X --D Y [--candidates RUNS.csv] [--target lr_opt] [--picks K] [--top 10]
+                      [--out RANKED.csv]
                       [--json]
 
 ``recommend``: the point of lowest posterior expected loss beside the median optimum, the near-optimal region,
@@ -54,7 +55,7 @@ def cmd_suggest(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as e:
             raise ScalinferError(f"--candidates {args.candidates}: not a readable CSV ({e})") from None
         cands = check_candidates(table)
-    s = suggest(load_fit(args.fit), args.N, args.D, cands, target=args.target, ci=args.ci)
+    s = suggest(load_fit(args.fit), args.N, args.D, cands, target=args.target, ci=args.ci, picks=args.picks)
     if args.out:
         atomic_write_with(args.out, lambda tmp: s.table.to_csv(tmp, index=False))
     if args.json:
@@ -102,6 +103,10 @@ def register(subparsers) -> None:
                                         "default: a grid around the fit's design")
     s.add_argument("--target", default="lr_opt", choices=("lr_opt", "batch_loss_opt", "loss_opt"),
                    help="the quantity at the target whose log variance to cut (default lr_opt)")
+    s.add_argument("--picks", type=count, default=1,
+                   help="how many runs to buy at once: chosen one after another, each scored given the ones "
+                        "before it, so that two runs that teach the same thing are not both picked (default 1: "
+                        "each candidate's value alone)")
     s.add_argument("--top", type=count, default=10, help="how many candidates to print (default 10)")
     s.add_argument("--out", help="write every candidate, ranked, as CSV")
     add_force(s)
