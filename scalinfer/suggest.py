@@ -288,7 +288,8 @@ def suggest(fit, N: float, D: float, candidates=None, *, target: str = "lr_opt",
     table = cands.assign(flops=flops, setting=kind.astype(str), variance_reduction=reduction,
                          score=reduction / flops, width_after=width_after, ess=ess)
     if picks > 1:
-        order, given = _picks(mu, sigma, nu, log_norm, g, reduction / flops, flops, unusable, picks, K, seed)
+        order, given, ess_picks = _picks(mu, sigma, nu, log_norm, g, reduction / flops, flops, unusable, picks, K,
+                                         seed)
         pick = np.zeros(len(cands), int)
         pick[order] = np.arange(1, len(order) + 1)
         table = table.assign(pick=pick, variance_reduction_given_picks=given)
@@ -301,6 +302,10 @@ def suggest(fit, N: float, D: float, candidates=None, *, target: str = "lr_opt",
     if unusable.any():
         warnings.append(f"{int(unusable.sum())} candidate(s) have no finite predicted loss under some draws (far "
                         "outside the fitted range): not scored (NaN, ranked last)")
+    if picks > 1 and ess_picks < 100:
+        warnings.append(f"after the picks believed before the last, the draws' weights have an effective sample size "
+                        f"of {ess_picks:.0f} (below 100): the later picks' order is rough (fewer picks at once, or "
+                        "more draws: max_draws, a longer fit)")
     if np.nanmin(ess, initial=np.inf) < 100:
         warnings.append(f"the importance weights of {int(np.sum(ess < 100))} candidate(s) have an effective sample "
                         "size below 100: their variance cut is noisy (more draws: max_draws, a longer fit)")
@@ -345,7 +350,8 @@ def _score(mu, sigma, nu, log_norm, g, w0, K: int, rng) -> tuple[np.ndarray, np.
 def _picks(mu, sigma, nu, log_norm, g, score, flops, unusable, k: int, K: int, seed: int):
     """The `k` candidates chosen one after another (indices in order) and each one's variance cut given the picks
     before it (NaN for the others): the first is the best `score`; after each pick the draws' weights take the
-    likelihood of its predictive-mean outcome (the believer rule), and the rest are scored again per FLOP."""
+    likelihood of its predictive-mean outcome (the believer rule), and the rest are scored again per FLOP. Also
+    returns the effective sample size of the last weights the picks were scored under (S with one pick)."""
     S, C = mu.shape
     w = np.full(S, 1.0 / S)
     given = np.full(C, np.nan)
@@ -367,4 +373,4 @@ def _picks(mu, sigma, nu, log_norm, g, score, flops, unusable, k: int, K: int, s
         cut, _, _ = _score(mu, sigma, nu, log_norm, g, w, K, np.random.default_rng(seed + 1 + j))
         cut[unusable] = np.nan
         current = np.where(unusable, -np.inf, cut / flops)
-    return np.asarray(order), given
+    return np.asarray(order), given, float(1.0 / (w @ w))
