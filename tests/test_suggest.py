@@ -121,7 +121,8 @@ def test_picks_are_chosen_given_the_ones_before(mode_fit):
     assert np.allclose(np.sort(t["variance_reduction"]), np.sort(alone.table["variance_reduction"]))
     last_copy = t.iloc[2]
     assert last_copy.N == N and last_copy.variance_reduction_given_picks < 0.7 * last_copy.variance_reduction, t
-    assert any("effective sample size" in w and "later picks" in w for w in s.warnings), s.warnings  # two believed ~92% cuts: few effective draws left
+    # two believed picks that each cut ~92% of Var(g) leave few effective draws: the answer says so
+    assert any("effective sample size" in w and "later picks" in w for w in s.warnings), s.warnings
     with pytest.raises(scalinfer.errors.ModelError, match="only 3 candidates"):
         suggest(fit, N, D, cands, picks=4)
 
