@@ -52,10 +52,11 @@ full model's (`scalinfer.models.surface.priors`, the population prior by default
   setting), nu fixed, p sampled under the population prior: two chains at p 2.4 and tau_lr 0.14-0.16, one at
   p 0.97 with tau_lr 1.07 and an eta* law with a D exponent of -1.24 (-0.07 to -0.12 in the others; each
   setting 0.3-2.7 log units off it), one in between (R-hat 1.80 on p). With p fixed at 2 the same fit
-  converges at the CLI's defaults (the mode search converged; R-hat 1.007, bulk ESS 554, no divergent transition, 31 leapfrog steps per draw against
-  127-255; benchmarks/README.md). 2 is what the full model finds where p is identified (Step
-  Law dense, N <= 6e8: p_lr 2.04, p_b 2.09; the population prior's mean for p_lr 2.2), and the misfit far
-  from the optimum that a parabola leaves is what the noise term sigma1 V carries.
+  converges at the CLI's defaults (the mode search converged; R-hat 1.007, bulk ESS 554, no divergent
+  transition, 31 leapfrog steps per draw against 127-255; benchmarks/README.md). 2 is what the full model
+  finds where p is identified (Step Law dense, N <= 6e8: p_lr 2.04, p_b 2.09; the population prior's mean for
+  p_lr 2.2), and the misfit far from the optimum that a parabola leaves is what the noise term sigma1 V
+  carries.
 - **nu = `REDUCED_NU` = 3** in the Student-t noise :math:`t_\nu(\mu_i, \sigma_0 + \sigma_1 V)`. A reduced
   table has few runs per setting on one valley (3-4 LRs per setting on (Mis)Fitting, 7 batches on the
   simulated one-LR grid) and each setting's loss level and optimum are free, so a setting's valley can pass
