@@ -1,5 +1,5 @@
 #!/bin/sh
-# Copy the finished runs of the running (or finished) stability sweep into this folder, in data/calibration/'s
+# Copy the finished runs of the running (or finished) batch-schedule sweep into this folder, in data/calibration/'s
 # layout (runs.jsonl, runs/<run_id>/, manifest.json, sweep.toml).
 #   PYTHON=<absolute path of the venv python> TRAINER=<trainer checkout> data/batch_schedule/sync.sh SWEEP_OUT_DIR
 set -e
