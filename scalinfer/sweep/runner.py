@@ -414,7 +414,9 @@ def run_worker(sweep_path: str | os.PathLike, out: str | os.PathLike, worker_id:
         raise KeyboardInterrupt
 
     in_main = threading.current_thread() is threading.main_thread()  # where a handler can be set
-    previous = signal.signal(signal.SIGTERM, stop) if in_main else None
+    # SIGINT too: a worker started from a process that ignores it (a background job of a non-interactive shell,
+    # a test runner's worker) inherits SIG_IGN, and would ignore the Ctrl-C its parent passes on
+    previous = {s: signal.signal(s, stop) for s in _STOP_SIGNALS} if in_main else {}
     watch = _ParentWatch(Path(out) / "logs" / f"worker-{worker_id}.log")
     try:
         sweep = load_sweep(sweep_path)
@@ -425,8 +427,8 @@ def run_worker(sweep_path: str | os.PathLike, out: str | os.PathLike, worker_id:
     except KeyboardInterrupt:
         return 130
     finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        for s, h in previous.items():
+            signal.signal(s, signal.SIG_DFL if h is None else h)
     if watch.orphaned:
         return 130
     return 0 if all(v == "done" or v == "busy" for v in outcomes.values()) else 3
