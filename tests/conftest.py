@@ -73,14 +73,6 @@ def run_cli(*args: str) -> CliResult:
     return CliResult(code, out.getvalue(), err.getvalue())
 
 
-def pytest_collection_modifyitems(config, items):
-    """The notebooks first (a stable sort: every other test keeps its order). Each takes minutes and
-    ``--dist loadscope`` hands the test groups to the workers in collection order, so the longest jobs
-    scheduled first leave the short ones to fill in at the end instead of one worker running a notebook
-    alone while the other idles."""
-    items.sort(key=lambda item: item.path.name != "test_notebooks.py")
-
-
 @pytest.fixture(scope="session")
 def surface_sim_fit(tmp_path_factory):
     """The simulated ``surface`` table of test_surface and test_recommend and its NUTS fit, made once per run.
