@@ -66,11 +66,10 @@ def winner_draws(fit, prediction, seed: int = 0) -> np.ndarray:
     loss is not a number (an overflowing draw) does not win; a draw in which no cell has a finite loss is left
     out (the result can be shorter than the draws).
     """
-    from scalinfer.models.surface.design import REDUCED_NU
+    from scalinfer.models.surface.design import design_of, fill_left_out
 
-    d = fit.draws(["sigma0", "sigma1"])
-    # a reduced design (one batch or one LR) fixes nu at design.REDUCED_NU: it is not among its draws
-    d["nu"] = fit.draws(["nu"])["nu"] if "nu" in fit.posterior else np.full_like(d["sigma0"], REDUCED_NU)
+    d = fit.draws(["sigma0", "sigma1", *(["nu"] if "nu" in fit.posterior else [])])
+    d = fill_left_out(d, design_of(fit.constants), np.zeros_like(d["sigma0"]))  # a reduced design fixes nu
     # the setting's loss at its optimum: of the whole surface, or along the one batch (LR) a reduced design has
     opt = next(q for q in ("loss_opt", "loss_opt_at_batch", "loss_opt_at_lr") if q in prediction.draws)
     log_loss, log_opt = np.log(prediction["loss"]), np.log(prediction[opt])  # both (draws, cells)
