@@ -26,7 +26,7 @@ import jax.numpy as jnp
 __all__ = ["valley", "log_lr_opt_law", "lr_opt_law", "log_lr_opt_at_batch"]
 
 
-def valley(offset, log_c, delta=0.0, p=2.0) -> jax.Array:
+def valley(offset, log_c, delta=0.0, p=2.0, xp=None) -> jax.Array:
     r"""Excess loss of a smooth, asymmetric valley at ``offset`` from its optimum (docs/laws.md section 3).
 
     .. math::
@@ -52,11 +52,14 @@ def valley(offset, log_c, delta=0.0, p=2.0) -> jax.Array:
         Half the log ratio of the curvatures above and below the optimum (0: symmetric).
     p : array_like
         Far-field exponent (> 0; 2: quadratic throughout).
+    xp : module, optional
+        The array namespace to compute in: ``numpy`` (NumPy arrays in, NumPy out, no JAX program: a prediction
+        from saved draws) or ``jax.numpy`` (None, the default).
 
     Returns
     -------
     jax.Array
-        V(u), in the loss's units (the surface model adds it to a log loss).
+        V(u), in the loss's units (the surface model adds it to a log loss); an array of `xp`.
 
     Examples
     --------
@@ -64,8 +67,9 @@ def valley(offset, log_c, delta=0.0, p=2.0) -> jax.Array:
     >>> f"{float(valley(math.log(3.0), math.log(0.05))):.6f}"  # p = 2, symmetric: 0.05 (log 3)^2
     '0.060347'
     """
-    log_curv = jnp.where(offset < 0, log_c - delta, log_c + delta)
-    return jnp.exp(log_curv) * (2.0 / p) * jnp.expm1(0.5 * p * jnp.log1p(offset * offset))
+    xp = jnp if xp is None else xp
+    log_curv = xp.where(offset < 0, log_c - delta, log_c + delta)
+    return xp.exp(log_curv) * (2.0 / p) * xp.expm1(0.5 * p * xp.log1p(offset * offset))
 
 
 def log_lr_opt_law(log_N, log_D, log_c, a, b) -> jax.Array:

@@ -74,10 +74,10 @@ def surface_terms(p: dict[str, Any], n_s, d_s, s, x, z, size_s=None):
     return surface_at(p, v, x, z)
 
 
-def surface_at(p, v, x, z):
+def surface_at(p, v, x, z, xp=None):
     """(mean log loss - m_y, excess over the optimum) at (x, z) for per-point setting values `v` (see
-    `setting_values`)."""
+    `setting_values`). `xp`: the valleys' array namespace (`scalinfer.laws.lr.valley`; None: its default)."""
     ridge = log_lr_opt_at_batch(z, v["x_star"], v["z_star"], v["kappa1"], p["kappa2"])
-    excess = (valley(x - ridge, v["log_c_lr"], p["delta_lr"], PRIORS.p(p["p_lr_unit"]))
-              + valley(z - v["z_star"], v["log_c_b"], p["delta_b"], PRIORS.p(p["p_b_unit"])))
+    excess = (valley(x - ridge, v["log_c_lr"], p["delta_lr"], PRIORS.p(p["p_lr_unit"]), xp=xp)
+              + valley(z - v["z_star"], v["log_c_b"], p["delta_b"], PRIORS.p(p["p_b_unit"]), xp=xp))
     return v["ell"] + excess, excess
