@@ -2,15 +2,18 @@
 
 A `Fit` wraps an ArviZ DataTree with the groups ``posterior`` (sampled and natural-scale parameters),
 ``sample_stats`` (divergences, tree sizes...), ``log_likelihood``, ``log_prior`` (one variable per latent
-site, `scalinfer.inference.compiled.log_prior`), ``observed_data`` and ``constant_data``
-(the model's inputs and centering constants), and root attributes naming the model, its version, the method
-and the scalinfer version, and the model's options as JSON (``model_options``), so that a reopened fit's
-`Fit.model` is the model that was fitted. It saves as one netCDF file and reopens without refitting.
+site, `scalinfer.inference.compiled.log_prior`), ``observed_data`` and ``constant_data`` (the model's inputs,
+the run table's columns as ``run_COLUMN``, and the model's scalar constants, centering and counts, as one
+variable ``constants`` along the coordinate ``constant`` of their names), and root attributes naming the
+model, its version, the method and the scalinfer version, and the model's options as JSON (``model_options``),
+so that a reopened fit's `Fit.model` is the model that was fitted. It saves as one netCDF file (`FILE_FORMAT`)
+and reopens without refitting (`load_fit`, which also reads the files of `READ_FORMATS`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import io
 import json
 import os
 import sys
@@ -30,9 +33,12 @@ from scalinfer.models.base import Model
 from scalinfer.predict import Prediction
 from scalinfer.runs.schema import RunTable
 
-__all__ = ["Fit", "fit", "load_fit", "read_summary", "FILE_FORMAT", "METHODS"]
+__all__ = ["Fit", "fit", "load_fit", "read_summary", "FILE_FORMAT", "READ_FORMATS", "METHODS"]
 
-FILE_FORMAT = "scalinfer.fit/1"
+#: the format `Fit.save` writes; 2: the model's constants as one variable (``constant_data/constants``)
+FILE_FORMAT = "scalinfer.fit/2"
+#: the formats `load_fit` reads (1: one scalar variable ``const_NAME`` per constant)
+READ_FORMATS = ("scalinfer.fit/1", FILE_FORMAT)
 METHODS = ("nuts", "map", "laplace", "bootstrap")
 #: thresholds of the diagnostics that `Fit.warnings` reports
 RHAT_MAX, ESS_MIN = 1.01, 400
@@ -207,9 +213,12 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
         groups["observed_data"] = observed
     groups["constant_data"] = {
         **{k: v for k, v in data.items() if k not in observed},
-        **{f"const_{k}": np.asarray(v) for k, v in constants.items()},
         **{f"run_{c}": runs.df[c].to_numpy() for c in _run_columns(runs)},
     }
+    coords = dict(m.coords(data, constants) or {})
+    if constants:  # one variable along the coordinate ``constant`` (their names): `Fit.constants`
+        groups["constant_data"]["constants"] = np.array([float(v) for v in constants.values()])
+        coords["constant"] = list(constants)
     attrs = {"/": {
         "file_format": FILE_FORMAT, "scalinfer_version": __version__, "model": m.name,
         "model_version": m.version, "model_options": _options_json(m), "method": method, "n_runs": len(runs),
@@ -222,8 +231,8 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
     for k in groups["constant_data"]:
         if k.startswith("run_"):
             dims[k] = ["run"]
-    tree = from_dict(groups, dims=dims, coords=m.coords(data, constants) or None,
-                     attrs=attrs, check_conventions=False)
+    dims["constants"] = ["constant"]
+    tree = from_dict(groups, dims=dims, coords=coords or None, attrs=attrs, check_conventions=False)
     for k, (lo, hi) in bounds.items():
         if k in tree["posterior"].data_vars:
             tree["posterior"][k].attrs.update({"support_lower": lo, "support_upper": hi})
@@ -324,9 +333,26 @@ class Fit:
     """
 
     def __init__(self, tree, timings: dict[str, float] | None = None, model: Model | None = None):
-        self.tree = tree
+        self._tree = tree
+        self._file: _FitFile | None = None  # a reopened fit's file, until `tree` is built from it
         self.timings = dict(timings or {})
         self._model = model
+
+    @classmethod
+    def _of_file(cls, file: _FitFile) -> Fit:
+        fit = cls(None)
+        fit._file = file
+        return fit
+
+    @property
+    def tree(self):
+        """The ArviZ DataTree. A reopened fit builds it from its file on first use (xarray decodes every
+        variable: most of the cost of reopening a fit); its answers (`predict`, `draws`, `constants`,
+        `warnings`) read only the variables they need (`arrays`)."""
+        if self._tree is None:
+            self._tree = self._file.tree()
+            self._file = None
+        return self._tree
 
     @property
     def model(self) -> Model:
@@ -339,7 +365,20 @@ class Fit:
     # ---- what it holds -------------------------------------------------------------------------------
     @property
     def attrs(self) -> dict[str, Any]:
-        return dict(self.tree.attrs)
+        return dict(self._file.attrs if self._file is not None else self.tree.attrs)
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The names of the tree's groups (``posterior``, ``constant_data``, ``log_prior``...)."""
+        return tuple(self._file.groups) if self._file is not None else tuple(self.tree.children)
+
+    def arrays(self, group: str, names=None) -> dict[str, np.ndarray]:
+        """The data variables of `group` (all, in the file's order, or those in `names`) as NumPy arrays, with
+        their dimensions' order (the sample dimensions ``chain``, ``draw`` first)."""
+        if self._file is not None:
+            return self._file.arrays(group, names)
+        ds = self.tree[group]
+        return {k: v.values for k, v in ds.data_vars.items() if names is None or k in names}
 
     @property
     def method(self) -> str:
@@ -351,8 +390,14 @@ class Fit:
 
     @property
     def constants(self) -> dict[str, float]:
-        cd = self.tree["constant_data"].to_dataset()
-        return {k[len("const_"):]: float(cd[k].values) for k in cd.data_vars if k.startswith("const_")}
+        """The model's scalar constants (centering, counts, resolved options): name -> value."""
+        if self._file is not None:
+            return self._file.constants()
+        cd = self.tree["constant_data"]
+        if "constants" in cd.data_vars:
+            return {str(k): float(v) for k, v in zip(cd["constant"].values, cd["constants"].values)}
+        # format 1: one scalar variable per constant
+        return {k[len("const_"):]: float(v.values) for k, v in cd.data_vars.items() if k.startswith("const_")}
 
     @property
     def runs(self) -> pd.DataFrame:
@@ -362,17 +407,20 @@ class Fit:
 
     def draws(self, names=None) -> dict[str, np.ndarray]:
         """Posterior draws flattened over chains: name -> (n_draws, ...)."""
-        post = self.posterior
-        names = list(post.data_vars) if names is None else names
-        return {k: post[k].values.reshape(-1, *post[k].shape[2:]) for k in names}
+        post = self.arrays("posterior", names)
+        names = list(post) if names is None else names
+        return {k: post[k].reshape(-1, *post[k].shape[2:]) for k in names}
 
     # ---- diagnostics -----------------------------------------------------------------------------------
     def scalar_names(self) -> list[str]:
-        post = self.posterior
-        return [k for k in post.data_vars if post[k].ndim == 2]
+        return [k for k, v in self.arrays("posterior").items() if v.ndim == 2]
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """Per scalar parameter: mean, sd, q05, q50, q95, r_hat, ess_bulk (NaN where not defined)."""
+        """Per scalar parameter: mean, sd, q05, q50, q95, r_hat, ess_bulk (NaN where not defined). A reopened
+        fit's are the ones saved with it (`summary_dict`), computed by `save` from the same draws."""
+        saved = self._saved_summary()
+        if saved is not None:
+            return saved["parameters"]
         post = self.posterior
         names = self.scalar_names()
         n_chains, n_draws = post.sizes["chain"], post.sizes["draw"]
@@ -393,9 +441,9 @@ class Fit:
 
     @property
     def divergences(self) -> int:
-        if "sample_stats" not in self.tree.children:
+        if "sample_stats" not in self.groups:
             return 0
-        return int(self.tree["sample_stats"]["diverging"].values.sum())
+        return int(self.arrays("sample_stats", ["diverging"])["diverging"].sum())
 
     def warnings(self, summary: dict | None = None) -> list[str]:
         """What a careful reader must know before trusting this fit (empty when all is well)."""
@@ -408,7 +456,7 @@ class Fit:
         if self.attrs.get("map_converged", 1) == 0:
             out.append("the posterior-mode search did not converge")
         if self.method == "nuts":
-            n = self.posterior.sizes["chain"] * self.posterior.sizes["draw"]
+            n = self._n_draws()
             if self.divergences:
                 out.append(f"{self.divergences} divergent transitions of {n} ({100 * self.divergences / n:.2g}%): "
                            "the posterior may be biased where the sampler could not go")
@@ -431,12 +479,15 @@ class Fit:
         if self.method == "map":
             return []
         out = []
-        post = self.posterior
-        for k in post.data_vars:
-            lo, hi = post[k].attrs.get("support_lower"), post[k].attrs.get("support_upper")
-            if lo is None or post[k].ndim != 2:
+        bounds = self._file.support_bounds() if self._file is not None else {
+            k: (v.attrs.get("support_lower"), v.attrs.get("support_upper"))
+            for k, v in self.tree["posterior"].data_vars.items()}
+        post = self.arrays("posterior")
+        for k, values in post.items():
+            lo, hi = bounds.get(k, (None, None))
+            if lo is None or values.ndim != 2:
                 continue
-            v = post[k].values.ravel()
+            v = values.ravel()
             for edge, side in ((lo, "lower"), (hi, "upper")):
                 if not np.isfinite(edge):
                     continue
@@ -453,14 +504,26 @@ class Fit:
         """The `scalinfer summary --json` object. A saved fit carries it (root attribute ``summary_json``,
         written by `save` from the same posterior), so that reading it back needs neither the model's code
         nor the diagnostics library."""
-        if "summary_json" in self.tree.attrs:
-            return json.loads(str(self.tree.attrs["summary_json"]))
+        saved = self._saved_summary()
+        if saved is not None:
+            return saved
         s = self.summary()
         return {"model": self.attrs["model"], "method": self.method, "n_runs": int(self.attrs["n_runs"]),
                 "divergences": self.divergences, "parameters": s, **s, "warnings": self.warnings(s)}
 
+    def _saved_summary(self) -> dict[str, Any] | None:
+        """The summary a reopened fit's file carries (`save`), while the fit is that file as read (its tree not
+        yet built, so not changed since)."""
+        if self._file is not None and "summary_json" in self._file.attrs:
+            return json.loads(str(self._file.attrs["summary_json"]))
+        return None
+
+    def _n_draws(self) -> int:
+        """Chains x draws per chain."""
+        shape = next(iter(self.arrays("posterior").values())).shape
+        return shape[0] * shape[1]
+
     # ---- answers -----------------------------------------------------------------------------------------
-    @float64
     def predict(self, ci: float = 0.9, sensitivity: bool | None = None, **targets: Any) -> Prediction:
         """Posterior draws and intervals of the model's quantities at `targets` (e.g. ``N=1e9, D=2e10``).
 
@@ -489,8 +552,8 @@ class Fit:
 
         ps = None
         if sensitivity or sensitivity is None and all(np.ndim(v) == 1 for v in draws.values()):
-            ps = _sensitivity.unavailable(self.tree, len(next(iter(draws.values()))))
-            ps = ps or _sensitivity.prior_sensitivity(self.tree, draws)
+            ps = _sensitivity.unavailable(self, len(next(iter(draws.values()))))
+            ps = ps or _sensitivity.prior_sensitivity(self, draws)
         return Prediction(draws=draws, units=units, targets=targets, ci=ci,
                           extrapolation=self.model.extrapolation(self.constants, **targets),
                           warnings=tuple(self.warnings() + checks.answer_warnings(self.constants, draws, targets, ci)
@@ -516,18 +579,24 @@ class Fit:
         """Write the fit as one netCDF file, atomically (a temp file in the same folder, then rename)."""
         from scalinfer._io import atomic_write_with
 
-        self.tree.attrs["summary_json"] = json.dumps(self.summary_dict())
+        summary = json.dumps(self.summary_dict())  # before `tree`: a reopened fit's is the one in its file
+        self.tree.attrs["summary_json"] = summary
         return atomic_write_with(path, lambda tmp: self.tree.to_netcdf(tmp, engine="h5netcdf"))
 
     def __repr__(self) -> str:
-        return (f"<Fit {self.attrs['model']} by {self.method}: {self.attrs['n_runs']} runs, "
-                f"{self.posterior.sizes['chain']}x{self.posterior.sizes['draw']} draws>")
+        chains, draws = next(iter(self.arrays("posterior").values())).shape[:2]
+        return f"<Fit {self.attrs['model']} by {self.method}: {self.attrs['n_runs']} runs, {chains}x{draws} draws>"
 
 
 def load_fit(path: str | os.PathLike) -> Fit:
-    """Reopen a fit saved by `Fit.save`. Raises `FitFileError` naming the problem if it is not one."""
-    fit = Fit(_open(Path(path)))
-    _build_model(Path(path), fit)
+    """Reopen a fit saved by `Fit.save`. Raises `FitFileError` naming the problem if it is not one.
+
+    The file is read into memory once, so the fit is the file as it was then (rewriting the file later changes
+    nothing). Its answers (`Fit.predict`, `Fit.draws`, `Fit.constants`, `Fit.warnings`) read the variables they
+    need from that copy; `Fit.tree` decodes it all on first use."""
+    path = Path(path)
+    fit = Fit._of_file(_FitFile.read(path))
+    _build_model(path, fit)
     return fit
 
 
@@ -540,35 +609,106 @@ def read_summary(path: str | os.PathLike) -> dict[str, Any]:
     if head is not None and "summary_json" in head[0]:
         _check(path, *head)
         return json.loads(str(head[0]["summary_json"]))
-    fit = Fit(_open(path))
+    fit = Fit._of_file(_FitFile.read(path))
     _build_model(path, fit)
     return fit.summary_dict()
 
 
 def _head(path: Path) -> tuple[dict[str, Any], set[str]] | None:
-    """The root attributes and group names of an HDF5 file (None where h5py cannot read it: `_open` then says
-    what is wrong)."""
+    """The root attributes and group names of an HDF5 file (None where h5py cannot read it: `_FitFile.read`
+    then says what is wrong)."""
     import h5py
 
     try:
         with h5py.File(path, "r") as h:
             return dict(h.attrs), set(h.keys())
-    except Exception:  # not HDF5, a folder, unreadable: `_open` names it
+    except Exception:  # not HDF5, a folder, unreadable: `_FitFile.read` names it
         return None
 
 
-def _open(path: Path):
-    """The checked DataTree of a fit file (`_check`)."""
-    import xarray as xr
+def _attribute(value: Any) -> Any:
+    """An HDF5 attribute as netCDF readers give it (h5netcdf, so xarray): a one-element array as its element."""
+    if isinstance(value, np.ndarray) and value.shape == (1,):
+        return value[0]
+    return value
 
-    if not path.exists():
-        raise FitFileError(f"{path}: no such file")
-    try:
-        tree = xr.open_datatree(path, engine="h5netcdf").load()
-    except Exception as e:  # h5py/xarray raise many types for a file that is not netCDF
-        raise FitFileError(f"{path}: not a netCDF fit file ({type(e).__name__}: {e})") from None
-    _check(path, tree.attrs, set(tree.children))
-    return tree
+
+class _FitFile:
+    """A fit file's bytes, read once, and the numbers a `Fit` answers from, read from them with h5py on demand:
+    root attributes, group names, a group's data variables as NumPy arrays, the constants. xarray decodes the
+    whole file only for `tree` (it resolves the dimensions of every variable of every group: the slow part of
+    reopening a fit, benchmarks/README.md's cli_speed).
+
+    The variables read here are the numbers scalinfer writes: floats (missing values already NaN), integers,
+    and booleans, which netCDF stores as int8 with the attribute ``dtype = "bool"``."""
+
+    def __init__(self, path: Path, data: bytes, attrs: dict[str, Any], groups: tuple[str, ...]):
+        self.path, self._data, self.attrs, self.groups = path, data, attrs, groups
+        self._read: dict[str, tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]] = {}
+
+    @classmethod
+    def read(cls, path: Path) -> _FitFile:
+        """The checked file (`_check`), or `FitFileError`."""
+        if not path.exists():
+            raise FitFileError(f"{path}: no such file")
+        try:
+            data = path.read_bytes()
+            with _h5(data) as h:
+                attrs = {k: _attribute(v) for k, v in h.attrs.items() if k != "_NCProperties"}
+                groups = tuple(h.keys())
+        except Exception as e:  # a folder, unreadable, not HDF5: h5py raises many types
+            raise FitFileError(f"{path}: not a netCDF fit file ({type(e).__name__}: {e})") from None
+        _check(path, attrs, set(groups))
+        return cls(path, data, attrs, groups)
+
+    def _group(self, group: str) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
+        """(name -> array, name -> attributes) of the group's numeric data variables (not its coordinates, the
+        netCDF dimension scales), in the file's order, read once."""
+        if group not in self._read:
+            arrays, attrs = {}, {}
+            with _h5(self._data) as h:
+                for k, ds in h[group].items():
+                    if ds.is_scale or ds.dtype.kind not in "biuf":
+                        continue
+                    a = {name: _attribute(v) for name, v in ds.attrs.items()}
+                    arrays[k] = ds[()].astype(bool) if a.get("dtype") == "bool" else ds[()]
+                    attrs[k] = a
+            self._read[group] = arrays, attrs
+        return self._read[group]
+
+    def arrays(self, group: str, names=None) -> dict[str, np.ndarray]:
+        """`Fit.arrays` (numeric variables only: a string variable, such as a run's id, is in `tree`)."""
+        arrays = self._group(group)[0]
+        return {k: v for k, v in arrays.items() if names is None or k in names}
+
+    def support_bounds(self) -> dict[str, tuple[Any, Any]]:
+        """Posterior variable -> (support_lower, support_upper) attributes (None where absent)."""
+        return {k: (a.get("support_lower"), a.get("support_upper")) for k, a in self._group("posterior")[1].items()}
+
+    def constants(self) -> dict[str, float]:
+        """`Fit.constants`: ``constant_data/constants`` along its coordinate ``constant`` (format 2), or each
+        ``constant_data/const_NAME`` (format 1)."""
+        arrays = self._group("constant_data")[0]
+        if "constants" in arrays:
+            with _h5(self._data) as h:
+                names = h["constant_data/constant"].asstr()[()]
+            return {str(k): float(v) for k, v in zip(names, arrays["constants"])}
+        return {k[len("const_"):]: float(v) for k, v in arrays.items() if k.startswith("const_")}
+
+    def tree(self):
+        """The whole ArviZ DataTree, decoded by xarray."""
+        import xarray as xr
+
+        try:
+            return xr.open_datatree(io.BytesIO(self._data), engine="h5netcdf").load()
+        except Exception as e:  # h5py/xarray raise many types for a file that is not netCDF
+            raise FitFileError(f"{self.path}: not a netCDF fit file ({type(e).__name__}: {e})") from None
+
+
+def _h5(data: bytes):
+    import h5py
+
+    return h5py.File(io.BytesIO(data), "r")
 
 
 def _check(path: Path, attrs: dict[str, Any], groups: set[str]) -> None:
@@ -577,8 +717,9 @@ def _check(path: Path, attrs: dict[str, Any], groups: set[str]) -> None:
     fmt = attrs.get("file_format")
     if fmt is None:
         raise FitFileError(f"{path}: a netCDF file, but not written by scalinfer (no 'file_format' attribute)")
-    if fmt != FILE_FORMAT:
-        raise FitFileError(f"{path}: file format {fmt!r}; this scalinfer ({__version__}) reads {FILE_FORMAT!r}")
+    if fmt not in READ_FORMATS:
+        raise FitFileError(f"{path}: file format {fmt!r}; this scalinfer ({__version__}) reads "
+                           f"{' or '.join(map(repr, READ_FORMATS))}")
     for g in ("posterior", "constant_data"):
         if g not in groups:
             raise FitFileError(f"{path}: the {g!r} group is missing")
@@ -597,5 +738,5 @@ def _build_model(path: Path, fit: Fit) -> None:
     try:
         fit.model
     except (ModelError, ValueError) as e:  # options this scalinfer's model does not take, or unreadable JSON
-        raise FitFileError(f"{path}: the model's options {fit.tree.attrs.get('model_options')!r} do not fit "
-                           f"this scalinfer's {fit.tree.attrs.get('model')!r} ({e})") from None
+        raise FitFileError(f"{path}: the model's options {fit.attrs.get('model_options')!r} do not fit "
+                           f"this scalinfer's {fit.attrs.get('model')!r} ({e})") from None

@@ -48,11 +48,19 @@ THRESHOLD = 0.05
 ALPHAS = (0.99, 1.01)
 
 
-def unavailable(tree, n_draws: int | None = None) -> str | None:
-    """Why power-scaling sensitivity cannot be computed from this fit's DataTree (None: it can)."""
-    groups = tree.children
+def _fit(fit):
+    """A `Fit` (a fit's DataTree, `Fit.tree`, is wrapped in one)."""
+    from scalinfer.inference.fit import Fit
+
+    return fit if isinstance(fit, Fit) else Fit(fit)
+
+
+def unavailable(fit, n_draws: int | None = None) -> str | None:
+    """Why power-scaling sensitivity cannot be computed from this fit (a `Fit` or its DataTree; None: it can)."""
+    fit = _fit(fit)
+    groups = fit.groups
     if "log_prior" not in groups:
-        method = tree.attrs.get("method")
+        method = fit.attrs.get("method")
         if method == "map":
             return "method=map is a point estimate: there are no draws to reweight"
         if method == "bootstrap":
@@ -60,8 +68,7 @@ def unavailable(tree, n_draws: int | None = None) -> str | None:
         return "the fit has no log_prior group (a fit file written before it was stored): refit to get it"
     if "log_likelihood" not in groups:
         return "the fit has no log_likelihood group"
-    post = tree["posterior"]
-    n = post.sizes["chain"] * post.sizes["draw"]
+    n = fit._n_draws()
     if n < 2:
         return "a single draw: nothing to reweight"
     if n_draws is not None and n_draws != n:
@@ -69,14 +76,14 @@ def unavailable(tree, n_draws: int | None = None) -> str | None:
     return None
 
 
-def prior_sensitivity(tree, draws: dict[str, np.ndarray], alphas: tuple[float, float] = ALPHAS
+def prior_sensitivity(fit, draws: dict[str, np.ndarray], alphas: tuple[float, float] = ALPHAS
                       ) -> dict[str, dict[str, Any]]:
     """Power-scaling sensitivity of each predicted quantity (see the module docstring).
 
     Parameters
     ----------
-    tree : the fit's DataTree (`Fit.tree`), with ``posterior``, ``log_prior`` and ``log_likelihood`` groups
-        (`unavailable` says why not, where it lacks them).
+    fit : the `Fit` (or its DataTree, `Fit.tree`), with ``posterior``, ``log_prior`` and ``log_likelihood``
+        groups (`unavailable` says why not, where it lacks them).
     draws : quantity -> array (n_draws, *target shape), the draws aligned with the fit's posterior draws
         flattened over chains (`Fit.draws`, `Model.predict`).
     alphas : the lower and upper powers.
@@ -98,14 +105,13 @@ def prior_sensitivity(tree, draws: dict[str, np.ndarray], alphas: tuple[float, f
     """
     from arviz_stats.base import array_stats
 
-    reason = unavailable(tree, len(next(iter(draws.values()))) if draws else None)
+    fit = _fit(fit)
+    reason = unavailable(fit, len(next(iter(draws.values()))) if draws else None)
     if reason:
         raise ModelError(f"prior sensitivity unavailable: {reason}")
-    post = tree["posterior"]
-    chains, n = post.sizes["chain"], post.sizes["draw"]
-    log_prior = {k: np.asarray(v.values, float) for k, v in tree["log_prior"].data_vars.items()}
-    log_lik = sum(np.asarray(v.values, float).reshape(chains, n, -1).sum(-1)
-                  for v in tree["log_likelihood"].data_vars.values())
+    chains, n = next(iter(fit.arrays("posterior").values())).shape[:2]
+    log_prior = {k: np.asarray(v, float) for k, v in fit.arrays("log_prior").items()}
+    log_lik = sum(np.asarray(v, float).reshape(chains, n, -1).sum(-1) for v in fit.arrays("log_likelihood").values())
     sites = list(log_prior)
     components = {"prior": sum(log_prior.values()), "likelihood": log_lik,
                   **{("site", k): v for k, v in log_prior.items()}}
