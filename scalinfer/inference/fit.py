@@ -645,6 +645,7 @@ class _FitFile:
     def __init__(self, path: Path, data: bytes, attrs: dict[str, Any], groups: tuple[str, ...]):
         self.path, self._data, self.attrs, self.groups = path, data, attrs, groups
         self._read: dict[str, tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]] = {}
+        self._constants: dict[str, float] | None = None
 
     @classmethod
     def read(cls, path: Path) -> _FitFile:
@@ -661,16 +662,19 @@ class _FitFile:
         _check(path, attrs, set(groups))
         return cls(path, data, attrs, groups)
 
+    #: the variables' attributes a `Fit` reads (``dtype``: netCDF's mark of a boolean)
+    ATTRIBUTES = ("dtype", "support_lower", "support_upper")
+
     def _group(self, group: str) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
-        """(name -> array, name -> attributes) of the group's numeric data variables (not its coordinates, the
+        """(name -> array, name -> `ATTRIBUTES`) of the group's numeric data variables (not its coordinates, the
         netCDF dimension scales), in the file's order, read once."""
         if group not in self._read:
             arrays, attrs = {}, {}
             with _h5(self._data) as h:
                 for k, ds in h[group].items():
-                    if ds.is_scale or ds.dtype.kind not in "biuf":
+                    if ds.dtype.kind not in "biuf" or ds.is_scale:
                         continue
-                    a = {name: _attribute(v) for name, v in ds.attrs.items()}
+                    a = {name: _attribute(ds.attrs[name]) for name in self.ATTRIBUTES if name in ds.attrs}
                     arrays[k] = ds[()].astype(bool) if a.get("dtype") == "bool" else ds[()]
                     attrs[k] = a
             self._read[group] = arrays, attrs
@@ -688,12 +692,15 @@ class _FitFile:
     def constants(self) -> dict[str, float]:
         """`Fit.constants`: ``constant_data/constants`` along its coordinate ``constant`` (format 2), or each
         ``constant_data/const_NAME`` (format 1)."""
-        arrays = self._group("constant_data")[0]
-        if "constants" in arrays:
-            with _h5(self._data) as h:
-                names = h["constant_data/constant"].asstr()[()]
-            return {str(k): float(v) for k, v in zip(names, arrays["constants"])}
-        return {k[len("const_"):]: float(v) for k, v in arrays.items() if k.startswith("const_")}
+        if self._constants is None:
+            arrays = self._group("constant_data")[0]
+            if "constants" in arrays:
+                with _h5(self._data) as h:
+                    names = h["constant_data/constant"].asstr()[()]
+                self._constants = {str(k): float(v) for k, v in zip(names, arrays["constants"])}
+            else:
+                self._constants = {k[len("const_"):]: float(v) for k, v in arrays.items() if k.startswith("const_")}
+        return dict(self._constants)
 
     def tree(self):
         """The whole ArviZ DataTree, decoded by xarray."""
