@@ -4,7 +4,8 @@ Each command runs in a fresh process (the console script beside this interpreter
 ``python -m scalinfer.cli``) ``--repeats`` times (default 5); the table gives the median, fastest and slowest
 wall time against the limit, and the packages that took longest to import in one more run under
 ``-X importtime`` (what is left to cut). Without ``--fit`` a fit file is made first: the surface model on the
-bundled calibration runs by MAP (a NUTS fit's summary also computes R-hat and ESS, with arviz_stats).
+bundled calibration runs by MAP (a NUTS or Laplace fit's ``predict`` also computes the answer's prior sensitivity,
+importing arviz_stats).
 
     .venv/bin/python benchmarks/cli_speed.py [--fit FIT.nc --N 1e7 --D 2e8] [--repeats 5]
 
