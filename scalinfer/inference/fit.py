@@ -411,6 +411,12 @@ class Fit:
         names = list(post) if names is None else names
         return {k: post[k].reshape(-1, *post[k].shape[2:]) for k in names}
 
+    @property
+    def n_draws(self) -> int:
+        """The number of posterior draws: chains x draws per chain."""
+        shape = next(iter(self.arrays("posterior").values())).shape
+        return shape[0] * shape[1]
+
     # ---- diagnostics -----------------------------------------------------------------------------------
     def scalar_names(self) -> list[str]:
         return [k for k, v in self.arrays("posterior").items() if v.ndim == 2]
@@ -456,7 +462,7 @@ class Fit:
         if self.attrs.get("map_converged", 1) == 0:
             out.append("the posterior-mode search did not converge")
         if self.method == "nuts":
-            n = self._n_draws()
+            n = self.n_draws
             if self.divergences:
                 out.append(f"{self.divergences} divergent transitions of {n} ({100 * self.divergences / n:.2g}%): "
                            "the posterior may be biased where the sampler could not go")
@@ -517,11 +523,6 @@ class Fit:
         if self._file is not None and "summary_json" in self._file.attrs:
             return json.loads(str(self._file.attrs["summary_json"]))
         return None
-
-    def _n_draws(self) -> int:
-        """Chains x draws per chain."""
-        shape = next(iter(self.arrays("posterior").values())).shape
-        return shape[0] * shape[1]
 
     # ---- answers -----------------------------------------------------------------------------------------
     def predict(self, ci: float = 0.9, sensitivity: bool | None = None, **targets: Any) -> Prediction:

@@ -68,7 +68,7 @@ def unavailable(fit, n_draws: int | None = None) -> str | None:
         return "the fit has no log_prior group (a fit file written before it was stored): refit to get it"
     if "log_likelihood" not in groups:
         return "the fit has no log_likelihood group"
-    n = fit._n_draws()
+    n = fit.n_draws
     if n < 2:
         return "a single draw: nothing to reweight"
     if n_draws is not None and n_draws != n:
