@@ -11,86 +11,48 @@ these.
 - `batch`: steps/tokens to a target loss against batch size, OpenAI's model, the gradient noise
   scale, the paper's piecewise E(S), the noise-floor surface, the B*(N, D) law (section 5);
 - `peers`: published eta* and B* laws to compare against (section 4).
+
+Each name below is imported from its module on first use (``from scalinfer.laws import valley``), so that a
+module that needs one law imports only that law's module; JAX is imported by the functions that compute with it.
 """
 
-from scalinfer.laws.batch import (
-    GradNoiseScale,
-    WsdPiecewiseCoefficients,
-    b_simple_from_grad_norms,
-    batch_crit_openai,
-    batch_min_floor,
-    batch_opt_floor,
-    log_batch_opt_law,
-    loss_noise_floor,
-    steps_min_floor,
-    steps_openai,
-    steps_opt_floor,
-    steps_to_target_floor,
-    tokens_at_steps_openai,
-    tokens_floor,
-    tokens_min_floor,
-    tokens_openai,
-    tokens_to_target_floor,
-    tokens_wsd_piecewise,
-    wsd_piecewise_coefficients,
-)
-from scalinfer.laws.chinchilla import ComputeOptimal, compute_optimal, log_loss_chinchilla, loss_chinchilla
-from scalinfer.laws.lr import log_lr_opt_at_batch, log_lr_opt_law, lr_opt_law, valley
-from scalinfer.laws.peers import (
-    BASELINES,
-    Baseline,
-    compute_6nd,
-    deepseek_batch_opt,
-    deepseek_flops_per_token,
-    deepseek_lr_opt,
-    step_law_batch_opt,
-    step_law_lr_opt,
-    zhou_lr_opt,
-)
-from scalinfer.laws.wsd import loss_wsd, tokens_to_target_wsd
+import importlib
 
-__all__ = [
-    # chinchilla (section 1)
-    "loss_chinchilla",
-    "log_loss_chinchilla",
-    "compute_optimal",
-    "ComputeOptimal",
-    # wsd (section 2)
-    "loss_wsd",
-    "tokens_to_target_wsd",
-    # lr (sections 3-4)
-    "valley",
-    "lr_opt_law",
-    "log_lr_opt_law",
-    "log_lr_opt_at_batch",
-    # batch (section 5)
-    "steps_openai",
-    "tokens_openai",
-    "tokens_at_steps_openai",
-    "batch_crit_openai",
-    "b_simple_from_grad_norms",
-    "GradNoiseScale",
-    "wsd_piecewise_coefficients",
-    "WsdPiecewiseCoefficients",
-    "tokens_wsd_piecewise",
-    "loss_noise_floor",
-    "batch_min_floor",
-    "steps_min_floor",
-    "tokens_floor",
-    "steps_opt_floor",
-    "batch_opt_floor",
-    "tokens_min_floor",
-    "steps_to_target_floor",
-    "tokens_to_target_floor",
-    "log_batch_opt_law",
-    # peers (section 4)
-    "step_law_lr_opt",
-    "step_law_batch_opt",
-    "deepseek_lr_opt",
-    "deepseek_batch_opt",
-    "deepseek_flops_per_token",
-    "compute_6nd",
-    "zhou_lr_opt",
-    "Baseline",
-    "BASELINES",
-]
+#: each law's module (one module per section of docs/laws.md) and its names
+_MODULES = {
+    "chinchilla": (  # section 1
+        "loss_chinchilla", "log_loss_chinchilla", "compute_optimal", "ComputeOptimal",
+    ),
+    "wsd": (  # section 2
+        "loss_wsd", "tokens_to_target_wsd",
+    ),
+    "lr": (  # sections 3-4
+        "valley", "lr_opt_law", "log_lr_opt_law", "log_lr_opt_at_batch",
+    ),
+    "batch": (  # section 5
+        "steps_openai", "tokens_openai", "tokens_at_steps_openai", "batch_crit_openai", "b_simple_from_grad_norms",
+        "GradNoiseScale", "wsd_piecewise_coefficients", "WsdPiecewiseCoefficients", "tokens_wsd_piecewise",
+        "loss_noise_floor", "batch_min_floor", "steps_min_floor", "tokens_floor", "steps_opt_floor",
+        "batch_opt_floor", "tokens_min_floor", "steps_to_target_floor", "tokens_to_target_floor",
+        "log_batch_opt_law",
+    ),
+    "peers": (  # section 4
+        "step_law_lr_opt", "step_law_batch_opt", "deepseek_lr_opt", "deepseek_batch_opt",
+        "deepseek_flops_per_token", "compute_6nd", "zhou_lr_opt", "Baseline", "BASELINES",
+    ),
+}
+__all__ = [name for names in _MODULES.values() for name in names]
+_HOMES = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str):
+    """A law (or a law module) of this package, imported on first use."""
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"scalinfer.laws.{_HOMES[name]}"), name)
+    if name in _MODULES:
+        return importlib.import_module(f"scalinfer.laws.{name}")
+    raise AttributeError(f"module 'scalinfer.laws' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, *_MODULES])

@@ -28,10 +28,10 @@ value so gradients stay finite.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import jax
-import jax.numpy as jnp
+if TYPE_CHECKING:
+    import jax
 
 __all__ = [
     # OpenAI / McCandlish et al. 2018
@@ -129,6 +129,8 @@ def tokens_at_steps_openai(S, S_min, E_min) -> jax.Array:
     jax.Array
         Tokens; ``inf`` where S <= S_min (unreachable in S steps).
     """
+    import jax.numpy as jnp
+
     reachable = S > S_min
     safe_S = jnp.where(reachable, S, 2.0 * S_min + 1.0)
     return jnp.where(reachable, E_min * safe_S / (safe_S - S_min), jnp.inf)
@@ -290,6 +292,8 @@ def wsd_piecewise_coefficients(S_min, S_1, S_opt, S_2, E_min, C, A_1) -> WsdPiec
     WsdPiecewiseCoefficients
         ``(B_m1, B_0, A_0, batch_min, batch_opt)``.
     """
+    import jax.numpy as jnp
+
     to_opt = S_opt - S_1
     past_min = S_1 - S_min
     B_m1 = 2.0 * C * to_opt * jnp.square(past_min)
@@ -317,6 +321,8 @@ def tokens_wsd_piecewise(S, S_min, S_1, S_opt, S_2, E_min, C, A_1) -> jax.Array:
     jax.Array
         Tokens; ``inf`` where S <= S_min (no batch reaches the target in S steps).
     """
+    import jax.numpy as jnp
+
     B_m1, B_0, A_0, _, _ = wsd_piecewise_coefficients(S_min, S_1, S_opt, S_2, E_min, C, A_1)
     reachable = S > S_min
     safe_S = jnp.where(reachable, S, S_1)  # S_1 > S_min: the inverse stage stays finite
@@ -360,11 +366,15 @@ def loss_noise_floor(S, batch_tokens, L_inf, a, alpha, c) -> jax.Array:
     jax.Array
         Loss in nats/token.
     """
+    import jax.numpy as jnp
+
     return L_inf + a * jnp.exp(-alpha * jnp.log(S)) + c / batch_tokens
 
 
 def _reachable_gap(L_target, L_inf):
     """(L* - L_inf > 0, that gap or 1 where it is not positive) for the double-`where` pattern."""
+    import jax.numpy as jnp
+
     gap = L_target - L_inf
     reachable = gap > 0
     return reachable, jnp.where(reachable, gap, 1.0)
@@ -389,6 +399,8 @@ def batch_min_floor(L_target, L_inf, c) -> jax.Array:
     jax.Array
         Tokens per step.
     """
+    import jax.numpy as jnp
+
     reachable, gap = _reachable_gap(L_target, L_inf)
     return jnp.where(reachable, c / gap, jnp.inf)
 
@@ -412,6 +424,8 @@ def steps_min_floor(L_target, L_inf, a, alpha) -> jax.Array:
     jax.Array
         Optimizer steps.
     """
+    import jax.numpy as jnp
+
     reachable, gap = _reachable_gap(L_target, L_inf)
     return jnp.where(reachable, jnp.exp((jnp.log(a) - jnp.log(gap)) / alpha), jnp.inf)
 
@@ -442,6 +456,8 @@ def tokens_floor(S, batch_min, steps_min, alpha) -> jax.Array:
     jax.Array
         Tokens; ``inf`` where S <= S_min.
     """
+    import jax.numpy as jnp
+
     reachable = S > steps_min
     safe_S = jnp.where(reachable, S, 2.0 * steps_min + 1.0)
     shortfall = -jnp.expm1(alpha * (jnp.log(steps_min) - jnp.log(safe_S)))  # 1 - (S_min/S)^alpha
@@ -467,6 +483,8 @@ def steps_opt_floor(steps_min, alpha) -> jax.Array:
     jax.Array
         Optimizer steps.
     """
+    import jax.numpy as jnp
+
     return steps_min * jnp.exp(jnp.log1p(alpha) / alpha)
 
 
@@ -537,6 +555,8 @@ def steps_to_target_floor(batch_tokens, L_target, L_inf, a, alpha, c) -> jax.Arr
     jax.Array
         Optimizer steps.
     """
+    import jax.numpy as jnp
+
     reachable, gap = _reachable_gap(L_target, L_inf + c / batch_tokens)
     return jnp.where(reachable, jnp.exp((jnp.log(a) - jnp.log(gap)) / alpha), jnp.inf)
 

@@ -20,8 +20,10 @@ vmap-able.
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import jax
 
 __all__ = ["valley", "log_lr_opt_law", "lr_opt_law", "log_lr_opt_at_batch"]
 
@@ -67,7 +69,8 @@ def valley(offset, log_c, delta=0.0, p=2.0, xp=None) -> jax.Array:
     >>> f"{float(valley(math.log(3.0), math.log(0.05))):.6f}"  # p = 2, symmetric: 0.05 (log 3)^2
     '0.060347'
     """
-    xp = jnp if xp is None else xp
+    if xp is None:
+        import jax.numpy as xp
     log_curv = xp.where(offset < 0, log_c - delta, log_c + delta)
     return xp.exp(log_curv) * (2.0 / p) * xp.expm1(0.5 * p * xp.log1p(offset * offset))
 
@@ -127,6 +130,8 @@ def lr_opt_law(N, D, log_c, a, b) -> jax.Array:
     >>> f"{float(eta):.3e}"
     '5.346e-05'
     """
+    import jax.numpy as jnp
+
     return jnp.exp(log_lr_opt_law(jnp.log(N), jnp.log(D), log_c, a, b))
 
 
