@@ -15,9 +15,13 @@ Diagnostics (`scalinfer.train.diagnostics`): the first MoE preset's step with di
 CPU seconds of the process (all of XLA's threads; on a loaded machine wall time mostly measures
 the other work), median over steps. The overhead of ``diagnostics_every=k`` (one diagnostics step
 in k) is ``(t_diag - t_plain) / (k t_plain)``: ``diagnostics_overhead`` at ``--diagnostics-every``.
+The training loop (``--loop-steps K``, default 48; 0 skips it): `scalinfer.train.train` runs the first MoE preset
+for K steps (metrics every step, no evaluation, no checkpoint until the stop) and its median logged step time
+(``step_time_s``: one step of the loop, the host's work included) is compared with the bare step's median
+measured above: ``loop_overhead`` = loop / bare - 1, what the loop adds around the compiled step.
 Prints a table; the LAST line is one JSON object
 with ``tokens_per_s``, ``mfu``, ``moe_dense_step_ratio``, ``matmul_peak_flops``,
-``diagnostics_overhead`` (and more).
+``diagnostics_overhead``, ``loop_overhead`` (and more).
 """
 
 from __future__ import annotations
@@ -135,6 +139,28 @@ def measure(name: str, steps: int, rounds: int, batch_tokens: int | None, peaks:
     return rows
 
 
+def loop_cost(name: str, steps: int, batch_tokens: int | None) -> dict:
+    """The median step time of `scalinfer.train.train` over `steps` steps of preset `name` (the first two, which
+    compile or warm up, left out), from its metrics log."""
+    import tempfile
+    from pathlib import Path
+
+    from scalinfer.train import train
+
+    config = {"preset": name, "stop_after_steps": steps, "log_every": 1, "eval_every": 0, "checkpoint_every": 0,
+              "progress": False}
+    if batch_tokens:
+        config.update(batch_tokens=batch_tokens, micro_batch_tokens=None)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        train(config, tmp)
+        wall = time.perf_counter() - t0
+        times = [r["step_time_s"] for r in map(json.loads, (Path(tmp) / "metrics.jsonl").read_text().splitlines())
+                 if "step_time_s" in r and r["step"] > 2]
+    return {"steps": steps, "median_ms": 1e3 * float(np.median(times)), "min_ms": 1e3 * float(np.min(times)),
+            "wall_s": wall}
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--presets", default="cal-m",
@@ -145,6 +171,8 @@ def main(argv=None) -> dict:
     p.add_argument("--batch-tokens", type=int, default=None, help="tokens per step (default: the preset's)")
     p.add_argument("--diagnostics-every", type=int, default=DIAGNOSTICS_EVERY,
                    help="k of diagnostics_every=k for the diagnostics overhead (0 skips its measurement)")
+    p.add_argument("--loop-steps", type=int, default=48,
+                   help="steps of the training loop timed against the bare step (0 skips it)")
     args = p.parse_args(argv)
 
     malloc_tuned = tune_malloc()  # as `scalinfer.train.train` does: before JAX's backend starts
@@ -176,6 +204,13 @@ def main(argv=None) -> dict:
               f"{diag['plain_wall_ms']:.1f}, diagnostics step {diag['diag_cpu_ms']:.1f} / {diag['diag_wall_ms']:.1f} "
               f"(x{diag['step_ratio']:.2f} CPU); overhead at diagnostics_every={diag['every']}: "
               f"{diag['overhead']:.1%} CPU, {diag['wall_overhead']:.1%} wall")
+    loop = None
+    if args.loop_steps > 0:
+        loop = loop_cost(names[0], args.loop_steps, args.batch_tokens)
+        loop["bare_median_ms"] = rows[0]["median_ms"]
+        loop["overhead"] = loop["median_ms"] / rows[0]["median_ms"] - 1.0
+        print(f"{names[0]} training loop: median step {loop['median_ms']:.1f} ms against the bare step's "
+              f"{rows[0]['median_ms']:.1f} ms: the loop adds {loop['overhead']:+.1%} ({loop['steps']} steps)")
     head = rows[0]
     result = {"tokens_per_s": head["tokens_per_s"], "mfu": head["mfu"], "moe_dense_step_ratio": ratios[names[0]],
               "matmul_peak_flops": peak, "preset": names[0], "flops_per_token": head["flops_per_token"],
@@ -185,7 +220,7 @@ def main(argv=None) -> dict:
                              for i, n in enumerate(names)},
               "load_average": os.getloadavg()[0], "malloc_tuned": malloc_tuned,
               "diagnostics_overhead": diag["overhead"] if diag else None,
-              "diagnostics": diag}
+              "diagnostics": diag, "loop_overhead": loop["overhead"] if loop else None, "loop": loop}
     print(json.dumps(result))
     return result
 

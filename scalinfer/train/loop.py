@@ -272,32 +272,39 @@ class _Runner:
 
     def run_steps(self, state: TrainState, meta: dict, end_tokens: int, lr_of, log: MetricsLog,
                   on_step=None, stop_after: int | None = None, bar=None,
-                  diag_log: MetricsLog | None = None) -> tuple[TrainState, dict, str]:
+                  diag_log: MetricsLog | None = None, on_step_due=None) -> tuple[TrainState, dict, str]:
         """Train until ``end_tokens`` tokens are seen. Returns (state, meta, status) with status
         ``done``, ``diverged`` or ``stopped``. ``meta`` carries the data position, tokens seen,
         wall time and the B_simple moving averages. Steps whose number is a multiple of
-        ``diagnostics_every`` run the diagnostics step and write a line to ``diag_log``."""
+        ``diagnostics_every`` run the diagnostics step and write a line to ``diag_log``.
+
+        The host never waits for a step before it has dispatched the next (as nanodo's loop does): step k's
+        metrics are fetched after step k + 1 is on its way, so the host's work (the next batch, the logs)
+        overlaps the device's. The learning rates of all the steps are evaluated once, up front, in one call
+        of the schedule (`_lr_table`), not one device round trip per step. ``on_step(state, meta)`` runs after a
+        step whose number ``on_step_due(meta)`` accepts (every step without it), with that step's metrics
+        fetched first (so a diverged step is never checkpointed or evaluated) and before the next step is
+        dispatched (the step donates its input state). A diverged step is found one step late: the state
+        returned with ``diverged`` is one step past it (no caller keeps it), ``meta`` is the diverged step's."""
         cfg = self.cfg
         seq_len = cfg.model.seq_len
-        while meta["tokens"] < end_tokens:
-            if stop_after is not None and meta["step"] >= stop_after:
-                return state, meta, "stopped"
-            t0 = time.perf_counter()
-            batch_tokens = self.plan.batch_at(meta["tokens"])
-            lr = float(lr_of(meta["tokens"]))
-            batch, n_micro = self.batch(meta["position"], batch_tokens)
-            due = cfg.diagnostics_every > 0 and (meta["step"] + 1) % cfg.diagnostics_every == 0
-            state, metrics = (self.diag_step_fn if due else self.step_fn)(state, batch, np.int32(n_micro),
-                                                                          np.float32(lr))
-            metrics = jax.device_get(metrics)
+        lrs, first = _lr_table(lr_of, self.plan, meta["tokens"], end_tokens), meta["step"]
+        due = on_step_due or (lambda mt: True)
+        pending = None  # the dispatched step whose metrics are not fetched yet
+        mark = time.perf_counter()
+
+        def settle(p) -> bool:
+            """Fetch a dispatched step's metrics, log them; False if its loss is not finite."""
+            nonlocal mark
+            metrics = jax.device_get(p["metrics"])
             diag = metrics.pop("diagnostics", None)
-            metrics = {k: float(v) for k, v in metrics.items() if not (k in _NOISE_METRICS and n_micro < 2)}
-            meta["step"] += 1
-            meta["tokens"] += batch_tokens
-            meta["position"] += batch_tokens // seq_len
+            metrics = {k: float(v) for k, v in metrics.items() if not (k in _NOISE_METRICS and p["n_micro"] < 2)}
+            now = time.perf_counter()
+            step_time, mark = now - mark, now
+            meta["wall_s"] += step_time
+            at = {"step": p["step"], "tokens": p["tokens"]}
             if diag is not None and diag_log is not None:
-                diag_log.write({"step": meta["step"], "tokens": meta["tokens"], "lr": lr,
-                                **diag_lib.to_record(diag)})
+                diag_log.write({**at, "lr": p["lr"], **diag_lib.to_record(diag)})
             if "b_simple" in metrics:
                 for k in ("grad_sq_true", "trace_cov"):
                     meta[f"ema_{k}"] = _EMA * meta.get(f"ema_{k}", 0.0) + (1 - _EMA) * metrics[k]
@@ -305,22 +312,68 @@ class _Runner:
                 bias = 1 - _EMA ** meta["ema_count"]
                 g2, tr = meta["ema_grad_sq_true"] / bias, meta["ema_trace_cov"] / bias
                 metrics["b_simple_ema"] = tr / g2 if g2 > 0 else math.nan
-            meta["wall_s"] += time.perf_counter() - t0
             if not math.isfinite(metrics["loss"]):
-                log.write({"step": meta["step"], "tokens": meta["tokens"], "diverged": True, "lr": lr,
-                           "loss": metrics["loss"]})
-                return state, meta, "diverged"
+                meta.update(step=p["step"], tokens=p["tokens"], position=p["position"])
+                log.write({**at, "diverged": True, "lr": p["lr"], "loss": metrics["loss"]})
+                return False
             meta["last_dropped_fraction"] = metrics["dropped_fraction"]
-            if meta["step"] % cfg.log_every == 0:
-                log.write({"step": meta["step"], "tokens": meta["tokens"], "lr": lr,
-                           "batch_tokens": batch_tokens, **metrics,
-                           "step_time_s": time.perf_counter() - t0})
+            if p["step"] % cfg.log_every == 0:
+                log.write({**at, "lr": p["lr"], "batch_tokens": p["batch_tokens"], **metrics,
+                           "step_time_s": step_time})
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(loss=f"{metrics['loss']:.3f}", lr=f"{lr:.2e}", refresh=False)
-            if on_step is not None:
+                bar.set_postfix(loss=f"{metrics['loss']:.3f}", lr=f"{p['lr']:.2e}", refresh=False)
+            return True
+
+        def finish(p) -> bool:
+            """Settle `p` and run ``on_step`` after it if due (the state is then the one after `p`); the time
+            ``on_step`` takes (checkpoints, evaluations) is not the steps' (``wall_s``, ``step_time_s``)."""
+            nonlocal mark
+            if not settle(p):
+                return False
+            if on_step is not None and due(meta):
                 on_step(state, meta)
+                mark = time.perf_counter()
+            return True
+
+        while meta["tokens"] < end_tokens:
+            if pending is not None and on_step is not None and due(meta):
+                # the state after the pending step is needed before the next step donates it: settle it now
+                p, pending = pending, None
+                if not finish(p):
+                    return state, meta, "diverged"
+            if stop_after is not None and meta["step"] >= stop_after:
+                break
+            batch_tokens = self.plan.batch_at(meta["tokens"])
+            lr = float(lrs[meta["step"] - first])
+            batch, n_micro = self.batch(meta["position"], batch_tokens)
+            diag_due = cfg.diagnostics_every > 0 and (meta["step"] + 1) % cfg.diagnostics_every == 0
+            state, metrics = (self.diag_step_fn if diag_due else self.step_fn)(state, batch, np.int32(n_micro),
+                                                                               np.float32(lr))
+            meta["step"] += 1
+            meta["tokens"] += batch_tokens
+            meta["position"] += batch_tokens // seq_len
+            previous, pending = pending, {"metrics": metrics, "step": meta["step"], "tokens": meta["tokens"],
+                                          "position": meta["position"], "lr": lr, "batch_tokens": batch_tokens,
+                                          "n_micro": n_micro}
+            if previous is not None and not settle(previous):  # (on_step was not due after it)
+                return state, meta, "diverged"
+        if pending is not None and not finish(pending):
+            return state, meta, "diverged"
+        if stop_after is not None and meta["step"] >= stop_after and meta["tokens"] < end_tokens:
+            return state, meta, "stopped"
         return state, meta, "done"
+
+
+def _lr_table(lr_of, plan: Plan, tokens: int, end_tokens: int) -> np.ndarray:
+    """``float(lr_of(t))`` at the tokens seen before each step from `tokens` to `end_tokens`, in one call of the
+    schedule over all of them (`jax.vmap`, op by op as the per-step call was, so the values are the same)."""
+    at = []
+    t = tokens
+    while t < end_tokens:
+        at.append(t)
+        t += plan.batch_at(t)
+    return np.asarray(jax.vmap(lr_of)(jnp.asarray(at, dtype=jnp.int32)), float) if at else np.zeros(0)
 
 
 def tune_malloc() -> bool:
@@ -421,18 +474,30 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
                                   else None, enabled=primary and cfg.diagnostics_every > 0)
             fork_steps = {b.fork_step: b for b in plan.branches}
 
+            def fork_due(mt):
+                return mt["step"] in fork_steps
+
+            def checkpoint_due(mt):
+                return bool(cfg.checkpoint_every) and mt["step"] % cfg.checkpoint_every == 0
+
+            def eval_due(mt):
+                return bool(cfg.eval_every) and mt["step"] % cfg.eval_every == 0 and mt["tokens"] < plan.total_tokens
+
+            def on_step_due(mt):  # the steps after which on_step needs the state (the others overlap)
+                return fork_due(mt) or checkpoint_due(mt) or eval_due(mt)
+
             def on_step(st, mt):
-                if mt["step"] in fork_steps:
+                if fork_due(mt):
                     stable.save(mt["step"], st, dict(mt))
-                if cfg.checkpoint_every and mt["step"] % cfg.checkpoint_every == 0:
+                if checkpoint_due(mt):
                     ckpt.save(mt["step"], st, dict(mt))
-                if cfg.eval_every and mt["step"] % cfg.eval_every == 0 and mt["tokens"] < plan.total_tokens:
+                if eval_due(mt):
                     log.write({"step": mt["step"], "tokens": mt["tokens"], "eval_loss": runner.evaluate(st.params)})
 
             with _progress(cfg, plan.steps, meta["step"], cfg.name) as bar:
                 state, meta, status = runner.run_steps(
                     state, meta, plan.total_tokens, plan.lr_main(), log, on_step, cfg.stop_after_steps, bar,
-                    diag_log)
+                    diag_log, on_step_due)
             diag_log.close()
             if status == "stopped":
                 ckpt.save(meta["step"], state, dict(meta))
