@@ -255,3 +255,21 @@ def test_tune_malloc_only_before_the_backend_and_on_request():
     if sys.platform.startswith("linux"):
         assert run() == ["True", "False"]
     assert run(SCALINFER_NO_MALLOC_TUNING="1") == ["False", "False"]
+
+
+def test_the_lr_table_holds_past_two_billion_tokens():
+    """The loop evaluates the schedule once for all steps (`_lr_table`): on int64 token counts, so a run past 2^31
+    tokens (2.1B) gets its LRs (an int32 count overflowed there, and the per-step call raised OverflowError), and
+    the caller's x64 setting is left as it was. The WSD values at hand-computed points (1e-3 peak, 1e8 warmup
+    tokens, 2e9 linear decay to 0 at 1e10; batches of 2.5e8 tokens)."""
+    from scalinfer.schedules.wsd import wsd_schedule
+    from scalinfer.train.loop import _lr_table
+
+    x64 = jax.config.jax_enable_x64
+    lr = _lr_table(wsd_schedule(1e-3, 10**10, 10**8, 2 * 10**9), lambda t: 250_000_000, 0, 10**10)
+    assert jax.config.jax_enable_x64 == x64
+    assert len(lr) == 40
+    assert lr[0] == 0.0 and lr[1] == pytest.approx(1e-3)  # warmup over by 2.5e8 tokens
+    assert lr[20] == pytest.approx(1e-3)                   # 5e9 tokens: the stable phase
+    assert lr[36] == pytest.approx(1e-3 * (1 - (9e9 - 8e9) / 2e9))  # 9e9: halfway down the decay
+    assert np.all(np.diff(lr[32:]) < 0)

@@ -281,14 +281,14 @@ class _Runner:
         The host never waits for a step before it has dispatched the next (as nanodo's loop does): step k's
         metrics are fetched after step k + 1 is on its way, so the host's work (the next batch, the logs)
         overlaps the device's. The learning rates of all the steps are evaluated once, up front, in one call
-        of the schedule (`_lr_table`), not one device round trip per step. ``on_step(state, meta)`` runs after a
+        of the schedule (`_lr_table`, valid past 2^31 tokens), not one device round trip per step. ``on_step(state, meta)`` runs after a
         step whose number ``on_step_due(meta)`` accepts (every step without it), with that step's metrics
         fetched first (so a diverged step is never checkpointed or evaluated) and before the next step is
         dispatched (the step donates its input state). A diverged step is found one step late: the state
         returned with ``diverged`` is one step past it (no caller keeps it), ``meta`` is the diverged step's."""
         cfg = self.cfg
         seq_len = cfg.model.seq_len
-        lrs, first = _lr_table(lr_of, self.plan, meta["tokens"], end_tokens), meta["step"]
+        lrs, first = _lr_table(lr_of, self.plan.batch_at, meta["tokens"], end_tokens), meta["step"]
         due = on_step_due or (lambda mt: True)
         pending = None  # the dispatched step whose metrics are not fetched yet
         mark = time.perf_counter()
@@ -365,15 +365,20 @@ class _Runner:
         return state, meta, "done"
 
 
-def _lr_table(lr_of, plan: Plan, tokens: int, end_tokens: int) -> np.ndarray:
-    """``float(lr_of(t))`` at the tokens seen before each step from `tokens` to `end_tokens`, in one call of the
-    schedule over all of them (`jax.vmap`, op by op as the per-step call was, so the values are the same)."""
+def _lr_table(lr_of, batch_at, tokens: int, end_tokens: int) -> np.ndarray:
+    """``lr_of(t)`` at the tokens ``t`` seen before each step from `tokens` to `end_tokens` (each step's batch
+    ``batch_at(t)``), in one call of the schedule over all of them. Token counts pass the 2^31 of an int32 in
+    any run past 2.1B tokens, so the schedule is evaluated on int64 counts, in float64, inside
+    ``jax.enable_x64`` (scoped: the caller's setting is untouched); the step takes the value as a float32."""
     at = []
     t = tokens
     while t < end_tokens:
         at.append(t)
-        t += plan.batch_at(t)
-    return np.asarray(jax.vmap(lr_of)(jnp.asarray(at, dtype=jnp.int32)), float) if at else np.zeros(0)
+        t += batch_at(t)
+    if not at:
+        return np.zeros(0)
+    with jax.enable_x64(True):
+        return np.asarray(jax.vmap(lr_of)(jnp.asarray(at, dtype=jnp.int64)), float)
 
 
 def tune_malloc() -> bool:
