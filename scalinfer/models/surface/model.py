@@ -49,14 +49,10 @@ of its own, so a prediction at a new N carries how far a new size sits off them
 
 Likelihood
 ----------
-Converged runs: :math:`y_i \sim t_\nu(\mu_i, \sigma_i)` with :math:`\sigma_i = \sigma_0 + \sigma_1
-(V_\eta + V_B)`: a noise floor plus a misfit that grows with distance from the optimum (the valleys' shape is
-least exact far from it). The Student-t keeps the odd loss spike from bending the valleys.
-
-Diverged runs (`scalinfer.models.surface.data`) are *censored*: their loss had the run converged is only
-known to exceed a level c_i. Each adds :math:`\log P(y_i > \log c_i) = \log \Phi((\mu_i - \log c_i)/\sigma_i)`
-as the observed site ``obs_censored`` (`Exceeds`: "it diverged" is 1 with that probability). The tail is
-Gaussian because JAX cannot differentiate the t CDF in nu.
+Converged runs are Student-t about the surface; diverged runs are censored (their loss is only known to exceed
+a level). The math is in `scalinfer.models.surface.numpyro_model`'s docstring, beside `surface_model`, the
+NumPyro model of the whole, which a fit imports when it traces it (reading a fit and predicting import neither
+NumPyro nor JAX).
 
 Priors: `scalinfer.models.surface.priors`.
 
@@ -76,11 +72,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import numpyro
-import numpyro.distributions as dist
 import pandas as pd
 
 from scalinfer.errors import ModelError
@@ -88,19 +80,16 @@ from scalinfer.models.base import Arrays, Model
 from scalinfer.models.surface import predict as _predict
 from scalinfer.models.surface import simulate as _simulate
 from scalinfer.models.surface.data import DIVERGENCE_RATIO, diverged_mask, prepare_runs, settings_of
-from scalinfer.models.surface.design import (DESIGN_CODE, DESIGNS, LEFT_OUT, design_of, fill_left_out,
-                                             resolve_design, unvaried)
-from scalinfer.models.surface.loss import laws, surface_terms
+from scalinfer.models.surface.design import DESIGN_CODE, DESIGNS, LEFT_OUT, design_of, resolve_design, unvaried
 from scalinfer.models.surface.population import PRIOR_SETS
-from scalinfer.models.surface.priors import LAW_N, PRIORS, SETTING, SIZE, Priors
-from scalinfer.models.surface.size_scatter import (IsotropicStudentT, SmallNormal, law_given_levels, size_basis,
-                                                   size_line_scale, size_offsets)
+from scalinfer.models.surface.priors import LAW_N, PRIORS, SETTING, SIZE
+from scalinfer.models.surface.size_scatter import size_basis
 from scalinfer.runs.schema import RunTable
 
 if TYPE_CHECKING:
     from scalinfer.inference.fit import Fit
 
-__all__ = ["Surface", "MODEL", "Exceeds", "surface_model", "PRIOR_CODE", "prior_of"]
+__all__ = ["Surface", "MODEL", "PRIOR_CODE", "prior_of"]
 
 #: the option ``prior`` as the fit's constant ``prior``
 PRIOR_CODE = {"default": 0.0, "population": 1.0}
@@ -110,132 +99,6 @@ def prior_of(constants: dict[str, float]) -> str:
     """The prior a fit used, from its constants (a fit written before the option existed: ``default``)."""
     code = constants.get("prior", 0.0)
     return next(k for k, v in PRIOR_CODE.items() if v == code)
-
-
-class Exceeds(dist.Distribution):
-    """1 ("the loss exceeded its level") with probability Phi(z), else 0: log_prob is log Phi(+-z).
-
-    A Bernoulli with logits log Phi(z) - log Phi(-z) has the same probabilities, but evaluates two `log_ndtr` and a
-    softplus where this evaluates one `log_ndtr`."""
-
-    arg_constraints = {"z": dist.constraints.real}
-    support = dist.constraints.boolean
-
-    def __init__(self, z, *, validate_args=None):
-        self.z = z
-        super().__init__(batch_shape=jnp.shape(z), validate_args=validate_args)
-
-    def sample(self, key, sample_shape=()):
-        eps = jax.random.normal(key, sample_shape + self.batch_shape)
-        return (eps < self.z).astype(jnp.int32)
-
-    def log_prob(self, value):
-        return jax.scipy.special.log_ndtr(jnp.where(value == 1, self.z, -self.z))
-
-
-def _size_levels(p: dict[str, Any], n_size, h_N: float, ft, left_out: str | None = None, pr: Priors = PRIORS) -> None:
-    """Size scatter's sites for each law (`scalinfer.models.surface.size_scatter`): the levels A of the M sizes
-    and, from its exact conditional given them, the law's intercept and N slope (into `p`). `left_out`: the law
-    a reduced design has not (`scalinfer.models.surface.design`). A law whose prior has a mean (k0, kN) is the
-    zero-mean one shifted: A = A_0 + k0 + kN n, (a0, a_N) = (a0, a_N)_0 + (k0, kN)."""
-    Q, R, Q_perp = size_basis(n_size)
-    # in the potential's float type (cast by NumPy: a JAX cast of a constant is an operation compiled on its own)
-    Q, Q_perp = (np.asarray(a, ft) for a in (Q, Q_perp))
-    k = Q_perp.shape[1]  # the sizes' residual directions about their least-squares line: M - 2
-    for v, (k0, kN) in ((v, names[:2]) for v, names in LAW_N.items()):
-        if v == left_out:
-            continue
-        alpha, beta = pr.size(v)
-        mean0, meanN, s0, sN = pr.law(v)
-        # the residuals, tau integrated out: N(0, tau^2 I) under tau^2 ~ InvGamma(alpha, beta)
-        r = numpyro.sample(f"{v}_size_resid", IsotropicStudentT(
-            2.0 * alpha, k, float(np.sqrt(beta / alpha)))) if k else np.zeros(0, ft)
-        # tau from its exact conditional given them
-        u = numpyro.sample(f"{v}_size_u", dist.Gamma(alpha + 0.5 * k, 1.0))
-        tau = p[f"tau_{v}_size"] = numpyro.deterministic(f"tau_{v}_size", jnp.sqrt((beta + 0.5 * r @ r) / u))
-        # the levels along the law's directions, centered (the data pin them)
-        line = numpyro.sample(f"{v}_size_line", SmallNormal(
-            np.zeros(Q.shape[1], ft), scale_tril=size_line_scale(R, s0, sN * h_N, tau)))
-        A = Q @ line + Q_perp @ r
-        law_std = numpyro.sample(f"{v}_law_std", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
-        law = law_given_levels(A, law_std, n_size, s0, sN * h_N, tau)
-        if mean0 or meanN:
-            A = A + (mean0 + meanN * h_N * np.asarray(n_size, ft))
-            law = law + jnp.array([mean0, meanN * h_N], dtype=ft)  # h_N is traced
-        p[f"{v}_size"] = numpyro.deterministic(f"{v}_size", A)
-        p[k0] = numpyro.deterministic(k0, law[0])
-        p[kN] = numpyro.deterministic(kN, law[1])
-
-
-def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, s_cens=None, x_cens=None,
-                  z_cens=None, log_level=None, diverged_obs=None, h_N=1.0, h_D=1.0, size_scatter=False,
-                  design="full", prior="default"):
-    """The NumPyro model of the surface (the module docstring's math). `design`: a reduced design
-    (``fixed_batch``, ``fixed_lr``) samples no site of the valley its table does not vary
-    (`scalinfer.models.surface.design`). `prior`: ``"default"`` (`PRIORS`), ``"population"``
-    (`scalinfer.models.surface.population.POPULATION`) or a `Priors`."""
-    pr = prior if isinstance(prior, Priors) else PRIOR_SETS[prior]
-    p: dict[str, Any] = {}
-    left_out, left_out_setting, left_out_law = LEFT_OUT[design]
-
-    def site(name, d):
-        if name not in left_out:
-            p[name] = numpyro.sample(name, d)
-
-    # the laws of eta* and B*; with size scatter their intercepts and N slopes come from the sizes' levels
-    if not size_scatter:
-        site("a0", dist.Normal(0.0, pr.optimum_sd))
-        site("b0", dist.Normal(0.0, pr.optimum_sd))
-    for k, h, (mean, sd) in (("a_N", h_N, pr.lr_exp_N), ("a_D", h_D, pr.lr_exp_D), ("b_N", h_N, pr.batch_exp_N),
-                             ("b_D", h_D, pr.batch_exp_D)):
-        if not (size_scatter and k in ("a_N", "b_N")):
-            site(k, dist.Normal(mean * h, sd * h))
-    # the LR-batch ridge
-    site("kappa1", dist.Normal(*pr.kappa1))
-    site("kappa2", dist.Normal(0.0, pr.kappa2_sd))
-    # the loss law
-    if not size_scatter:
-        p["g0"] = numpyro.sample("g0", dist.Normal(0.0, pr.loss_sd))
-        p["g_N"] = numpyro.sample("g_N", dist.Normal(0.0, pr.loss_exponent_sd * h_N))
-    p["g_D"] = numpyro.sample("g_D", dist.Normal(0.0, pr.loss_exponent_sd * h_D))
-    # the valleys: log curvature law, asymmetry, far-field exponent
-    for v in ("lr", "b"):
-        site(f"c_{v}0", dist.Normal(*getattr(pr, f"c_{v}0")))
-        site(f"c_{v}_N", dist.Normal(0.0, pr.curvature_exponent_sd * h_N))
-        site(f"c_{v}_D", dist.Normal(0.0, pr.curvature_exponent_sd * h_D))
-        site(f"delta_{v}", dist.Normal(*getattr(pr, f"delta_{v}")))
-        site(f"p_{v}_unit", dist.Beta(*getattr(pr, f"p_{v}_beta")))
-    # the settings' scatter about the laws
-    site("tau_lr", dist.HalfNormal(pr.tau_optimum_sd))
-    site("tau_b", dist.HalfNormal(pr.tau_optimum_sd))
-    tau_loss = numpyro.sample("tau_loss", dist.HalfNormal(pr.tau_loss_sd))
-    ft = jnp.result_type(tau_loss)
-    if size_scatter:
-        _size_levels(p, n_size, h_N, ft, left_out_law, pr)
-    sigma0 = numpyro.sample("sigma0", dist.HalfNormal(pr.sigma0_sd))
-    sigma1 = numpyro.sample("sigma1", dist.HalfNormal(pr.sigma1_sd))
-    site("nu", dist.Gamma(*pr.nu))
-    # a reduced design's left-out sites at their values there, in the potential's float type (the sizes' as a JAX
-    # array: the data's size index is traced)
-    p = fill_left_out(p, design, 0.0, np.zeros(n_s.shape[0], ft), jnp.zeros(len(n_size), ft))
-    nu = p["nu"]
-    size_s = size_s if size_scatter else None
-    loss_law = laws(p, n_s, d_s)["ell"] + size_offsets(p, n_s, size_s)["ell"]
-    with numpyro.plate("setting", n_s.shape[0]):
-        # non-centered offsets of the optimum (a setting's runs pin tau * eps, not eps); the loss level centered
-        if "eps_lr" not in left_out_setting:
-            p["eps_lr"] = numpyro.sample("eps_lr", dist.Normal(0.0, 1.0))
-        if "eps_b" not in left_out_setting:
-            p["eps_b"] = numpyro.sample("eps_b", dist.Normal(0.0, 1.0))
-        p["ell"] = numpyro.sample("ell", dist.Normal(loss_law, tau_loss))
-    mu, excess = surface_terms(p, n_s, d_s, s_obs, x_obs, z_obs, size_s)
-    with numpyro.plate("run", x_obs.shape[0]):
-        numpyro.sample("obs", dist.StudentT(nu, mu, sigma0 + sigma1 * excess), obs=log_loss)
-    if x_cens is not None and x_cens.shape[0] > 0:
-        mu_c, excess_c = surface_terms(p, n_s, d_s, s_cens, x_cens, z_cens, size_s)
-        z = (mu_c - log_level) / (sigma0 + sigma1 * excess_c)
-        with numpyro.plate("diverged_run", x_cens.shape[0]):
-            numpyro.sample("obs_censored", Exceeds(z), obs=diverged_obs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,7 +188,10 @@ class Surface(Model):
 
     # ---- the NumPyro model ---------------------------------------------------------------------------------
     def model(self, **kwargs: Any) -> None:
-        """`surface_model` of `model_kwargs`."""
+        """`scalinfer.models.surface.numpyro_model.surface_model` of `model_kwargs` (imported here, on the first
+        trace: the rest of the model imports no NumPyro nor JAX)."""
+        from scalinfer.models.surface.numpyro_model import surface_model
+
         surface_model(**kwargs)
 
     def model_kwargs(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
@@ -363,7 +229,7 @@ class Surface(Model):
                 if k:
                     out[f"{v}_size_resid"] = np.zeros(k)
                 out[f"{v}_size_u"] = pr.size(v)[0] + 0.5 * k
-                # the zero-mean levels A_0 = A - (mean0 + meanN h_N n) (see `_size_levels`)
+                # the zero-mean levels A_0 = A - (mean0 + meanN h_N n) (numpyro_model's `_size_levels`)
                 out[f"{v}_size_line"] = Q.T @ (out.pop(k0) - mean0 + (out.pop(kN) - meanN * constants["h_N"])
                                                * data["n_size"])
                 out[f"{v}_law_std"] = np.zeros(2)  # the law then at its conditional mean (not a sampled site)

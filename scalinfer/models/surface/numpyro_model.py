@@ -1,0 +1,264 @@
+r"""The NumPyro model of the surface: `surface_model`, the joint density of the math in
+`scalinfer.models.surface.model`'s docstring (the surface, the laws and their partial pooling) under the priors
+of `scalinfer.models.surface.priors` and the likelihood below, with size scatter's sites (`_size_levels`) in the
+parameterization of `scalinfer.models.surface.size_scatter`.
+
+This is the one module of the model that imports NumPyro and JAX at the top: `Surface.model` imports it when a
+fit traces the model, so reading a fit and predicting (NumPy: `scalinfer.models.surface.predict`) import
+neither.
+
+Likelihood
+----------
+Converged runs: :math:`y_i \sim t_\nu(\mu_i, \sigma_i)` with :math:`\sigma_i = \sigma_0 + \sigma_1
+(V_\eta + V_B)`: a noise floor plus a misfit that grows with distance from the optimum (the valleys' shape is
+least exact far from it). The Student-t keeps the odd loss spike from bending the valleys.
+
+Diverged runs (`scalinfer.models.surface.data`) are *censored*: their loss had the run converged is only
+known to exceed a level c_i. Each adds :math:`\log P(y_i > \log c_i) = \log \Phi((\mu_i - \log c_i)/\sigma_i)`
+as the observed site ``obs_censored`` (`Exceeds`: "it diverged" is 1 with that probability). The tail is
+Gaussian because JAX cannot differentiate the t CDF in nu.
+
+Size scatter's sites
+--------------------
+The levels' line gamma ~ N(0, tau^2 I + R P R^T) (`size_line_scale`'s Cholesky factor, `SmallNormal`'s
+density), their residuals r ~ t_{2 alpha}(0, (beta/alpha) I) (`IsotropicStudentT`), u ~ Gamma and the law from
+its exact conditional given the levels (`law_given_levels`); the math is `scalinfer.models.surface.size_scatter`'s.
+The two distributions are written out (no triangular solve) and skip NumPyro's trace-time argument
+validation (the model builds their arguments valid); both keep the potential in its float type.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+from scalinfer.models.surface.design import LEFT_OUT, fill_left_out
+from scalinfer.models.surface.loss import laws, surface_terms
+from scalinfer.models.surface.population import PRIOR_SETS
+from scalinfer.models.surface.priors import LAW_N, PRIORS, Priors
+from scalinfer.models.surface.size_scatter import size_basis, size_offsets
+
+__all__ = ["surface_model", "Exceeds", "SmallNormal", "IsotropicStudentT", "size_line_scale", "law_given_levels"]
+
+_LOG_2PI = math.log(2 * math.pi)
+
+
+class Exceeds(dist.Distribution):
+    """1 ("the loss exceeded its level") with probability Phi(z), else 0: log_prob is log Phi(+-z).
+
+    A Bernoulli with logits log Phi(z) - log Phi(-z) has the same probabilities, but evaluates two `log_ndtr` and a
+    softplus where this evaluates one `log_ndtr`."""
+
+    arg_constraints = {"z": dist.constraints.real}
+    support = dist.constraints.boolean
+
+    def __init__(self, z, *, validate_args=None):
+        self.z = z
+        super().__init__(batch_shape=jnp.shape(z), validate_args=validate_args)
+
+    def sample(self, key, sample_shape=()):
+        eps = jax.random.normal(key, sample_shape + self.batch_shape)
+        return (eps < self.z).astype(jnp.int32)
+
+    def log_prob(self, value):
+        return jax.scipy.special.log_ndtr(jnp.where(value == 1, self.z, -self.z))
+
+
+class SmallNormal(dist.Distribution):
+    """A multivariate normal of a few (static) dimensions, given its location and lower Cholesky factor.
+
+    NumPyro's ``MultivariateNormal(loc, scale_tril=...)`` with its log density by forward substitution,
+    elementwise (no triangular solve, a LAPACK call on CPU), and its arguments not validated
+    (``validate_args=False``: NumPyro validates at trace time, one JAX operation at a time, each compiled on its
+    own, in every fit)."""
+
+    arg_constraints = {"loc": dist.constraints.real_vector, "scale_tril": dist.constraints.lower_cholesky}
+    support = dist.constraints.real_vector
+    reparametrized_params = ["loc", "scale_tril"]
+
+    def __init__(self, loc, scale_tril, *, validate_args=False):
+        self.loc, self.scale_tril = loc, scale_tril
+        batch = jax.lax.broadcast_shapes(jnp.shape(loc)[:-1], jnp.shape(scale_tril)[:-2])
+        super().__init__(batch_shape=batch, event_shape=jnp.shape(scale_tril)[-1:], validate_args=validate_args)
+
+    def sample(self, key, sample_shape=()):
+        eps = jax.random.normal(key, sample_shape + self.batch_shape + self.event_shape)
+        return self.loc + jnp.squeeze(self.scale_tril @ eps[..., None], -1)
+
+    def log_prob(self, value):
+        L, x = self.scale_tril, value - self.loc
+        w = []
+        for i in range(x.shape[-1]):
+            acc = x[..., i]
+            for j in range(i):
+                acc = acc - L[..., i, j] * w[j]
+            w.append(acc / L[..., i, i])
+        return sum(-0.5 * wi * wi - jnp.log(L[..., i, i]) - 0.5 * _LOG_2PI for i, wi in enumerate(w))
+
+
+class IsotropicStudentT(dist.Distribution):
+    """The multivariate t in `k` dimensions with `df` degrees of freedom, location 0 and scale c I (`df`, `c` Python
+    floats), NumPyro's ``MultivariateStudentT(df, 0, c I)``: its log density from |x|^2 alone, with no triangular
+    solve, and no argument validation (see `SmallNormal`)."""
+
+    support = dist.constraints.real_vector
+
+    def __init__(self, df: float, k: int, c: float, *, validate_args=False):
+        self._df, self._k, self._c = float(df), int(k), float(c)
+        super().__init__(batch_shape=(), event_shape=(int(k),), validate_args=validate_args)
+
+    def sample(self, key, sample_shape=()):
+        k_z, k_g = jax.random.split(key)
+        z = jax.random.normal(k_z, sample_shape + self.event_shape)
+        g = jax.random.gamma(k_g, 0.5 * self._df, sample_shape) / (0.5 * self._df)  # chi^2_df / df
+        return self._c * z / jnp.sqrt(g)[..., None]
+
+    def log_prob(self, value):
+        df, k, c = self._df, self._k, self._c
+        norm = math.lgamma(0.5 * (df + k)) - math.lgamma(0.5 * df) - 0.5 * k * math.log(df * math.pi) - k * math.log(c)
+        return norm - 0.5 * (df + k) * jnp.log1p(jnp.sum(value * value, -1) / (df * c * c))
+
+
+def _chol2(a, b, c):
+    """Lower Cholesky factor [[l11, 0], [l21, l22]] of the 2 x 2 matrix [[a, b], [b, c]] (elementwise: no LAPACK
+    call per gradient)."""
+    l11 = jnp.sqrt(a)
+    l21 = b / l11
+    return l11, l21, jnp.sqrt(c - l21 * l21)
+
+
+def size_line_scale(R, s0, sN, tau):
+    """Lower Cholesky factor of tau^2 I + R P R^T, P = diag(s0^2, sN^2): the covariance of the sizes' levels along
+    the law's directions, Q^T A, when A = X beta + tau e with beta ~ N(0, P), e ~ N(0, I)."""
+    # Python floats: a NumPy float64 here would turn the whole float32 potential into float64
+    B = lambda i, j: float(R[i, 0] * R[j, 0]) * s0 ** 2 + float(R[i, 1] * R[j, 1]) * sN ** 2  # noqa: E731
+    t2 = tau * tau
+    if R.shape[0] == 1:
+        return jnp.sqrt(t2 + B(0, 0)).reshape(1, 1)
+    l11, l21, l22 = _chol2(t2 + B(0, 0), B(0, 1), t2 + B(1, 1))
+    return jnp.stack([jnp.stack([l11, 0.0 * l11]), jnp.stack([l21, l22])])
+
+
+def law_given_levels(A, std, n, s0, sN, tau):
+    """(intercept, slope) of the law given the levels A: N(b, tau^2 G^-1) with G = X^T X + tau^2 P^-1 and b = G^-1
+    X^T A (the ridge regression of A on X), at standard normal `std` (2,). The data see the levels only, so this is
+    the law's exact conditional posterior."""
+    n = np.asarray(n, float)
+    t2 = tau * tau
+    g11, g12, g22 = len(n) + t2 / s0 ** 2, float(n.sum()), float(n @ n) + t2 / sN ** 2
+    det = g11 * g22 - g12 * g12
+    y1, y2 = jnp.sum(A, -1), A @ np.asarray(n, jnp.result_type(A))  # NumPy: no operation of its own to compile
+    b1, b2 = (g22 * y1 - g12 * y2) / det, (g11 * y2 - g12 * y1) / det
+    l11, l21, l22 = _chol2(g22 / det, -g12 / det, g11 / det)  # chol of G^-1
+    return jnp.stack([b1 + tau * l11 * std[0], b2 + tau * (l21 * std[0] + l22 * std[1])], axis=-1)
+
+
+def _size_levels(p: dict[str, Any], n_size, h_N: float, ft, left_out: str | None = None, pr: Priors = PRIORS) -> None:
+    """Size scatter's sites for each law (`scalinfer.models.surface.size_scatter`): the levels A of the M sizes
+    and, from its exact conditional given them, the law's intercept and N slope (into `p`). `left_out`: the law
+    a reduced design has not (`scalinfer.models.surface.design`). A law whose prior has a mean (k0, kN) is the
+    zero-mean one shifted: A = A_0 + k0 + kN n, (a0, a_N) = (a0, a_N)_0 + (k0, kN)."""
+    Q, R, Q_perp = size_basis(n_size)
+    # in the potential's float type (cast by NumPy: a JAX cast of a constant is an operation compiled on its own)
+    Q, Q_perp = (np.asarray(a, ft) for a in (Q, Q_perp))
+    k = Q_perp.shape[1]  # the sizes' residual directions about their least-squares line: M - 2
+    for v, (k0, kN) in ((v, names[:2]) for v, names in LAW_N.items()):
+        if v == left_out:
+            continue
+        alpha, beta = pr.size(v)
+        mean0, meanN, s0, sN = pr.law(v)
+        # the residuals, tau integrated out: N(0, tau^2 I) under tau^2 ~ InvGamma(alpha, beta)
+        r = numpyro.sample(f"{v}_size_resid", IsotropicStudentT(
+            2.0 * alpha, k, float(np.sqrt(beta / alpha)))) if k else np.zeros(0, ft)
+        # tau from its exact conditional given them
+        u = numpyro.sample(f"{v}_size_u", dist.Gamma(alpha + 0.5 * k, 1.0))
+        tau = p[f"tau_{v}_size"] = numpyro.deterministic(f"tau_{v}_size", jnp.sqrt((beta + 0.5 * r @ r) / u))
+        # the levels along the law's directions, centered (the data pin them)
+        line = numpyro.sample(f"{v}_size_line", SmallNormal(
+            np.zeros(Q.shape[1], ft), scale_tril=size_line_scale(R, s0, sN * h_N, tau)))
+        A = Q @ line + Q_perp @ r
+        law_std = numpyro.sample(f"{v}_law_std", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+        law = law_given_levels(A, law_std, n_size, s0, sN * h_N, tau)
+        if mean0 or meanN:
+            A = A + (mean0 + meanN * h_N * np.asarray(n_size, ft))
+            law = law + jnp.array([mean0, meanN * h_N], dtype=ft)  # h_N is traced
+        p[f"{v}_size"] = numpyro.deterministic(f"{v}_size", A)
+        p[k0] = numpyro.deterministic(k0, law[0])
+        p[kN] = numpyro.deterministic(kN, law[1])
+
+
+def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, s_cens=None, x_cens=None,
+                  z_cens=None, log_level=None, diverged_obs=None, h_N=1.0, h_D=1.0, size_scatter=False,
+                  design="full", prior="default"):
+    """The NumPyro model of the surface (`scalinfer.models.surface.model`'s math, this module's likelihood).
+    `design`: a reduced design (``fixed_batch``, ``fixed_lr``) samples no site of the valley its table does not vary
+    (`scalinfer.models.surface.design`). `prior`: ``"default"`` (`PRIORS`), ``"population"``
+    (`scalinfer.models.surface.population.POPULATION`) or a `Priors`."""
+    pr = prior if isinstance(prior, Priors) else PRIOR_SETS[prior]
+    p: dict[str, Any] = {}
+    left_out, left_out_setting, left_out_law = LEFT_OUT[design]
+
+    def site(name, d):
+        if name not in left_out:
+            p[name] = numpyro.sample(name, d)
+
+    # the laws of eta* and B*; with size scatter their intercepts and N slopes come from the sizes' levels
+    if not size_scatter:
+        site("a0", dist.Normal(0.0, pr.optimum_sd))
+        site("b0", dist.Normal(0.0, pr.optimum_sd))
+    for k, h, (mean, sd) in (("a_N", h_N, pr.lr_exp_N), ("a_D", h_D, pr.lr_exp_D), ("b_N", h_N, pr.batch_exp_N),
+                             ("b_D", h_D, pr.batch_exp_D)):
+        if not (size_scatter and k in ("a_N", "b_N")):
+            site(k, dist.Normal(mean * h, sd * h))
+    # the LR-batch ridge
+    site("kappa1", dist.Normal(*pr.kappa1))
+    site("kappa2", dist.Normal(0.0, pr.kappa2_sd))
+    # the loss law
+    if not size_scatter:
+        p["g0"] = numpyro.sample("g0", dist.Normal(0.0, pr.loss_sd))
+        p["g_N"] = numpyro.sample("g_N", dist.Normal(0.0, pr.loss_exponent_sd * h_N))
+    p["g_D"] = numpyro.sample("g_D", dist.Normal(0.0, pr.loss_exponent_sd * h_D))
+    # the valleys: log curvature law, asymmetry, far-field exponent
+    for v in ("lr", "b"):
+        site(f"c_{v}0", dist.Normal(*getattr(pr, f"c_{v}0")))
+        site(f"c_{v}_N", dist.Normal(0.0, pr.curvature_exponent_sd * h_N))
+        site(f"c_{v}_D", dist.Normal(0.0, pr.curvature_exponent_sd * h_D))
+        site(f"delta_{v}", dist.Normal(*getattr(pr, f"delta_{v}")))
+        site(f"p_{v}_unit", dist.Beta(*getattr(pr, f"p_{v}_beta")))
+    # the settings' scatter about the laws
+    site("tau_lr", dist.HalfNormal(pr.tau_optimum_sd))
+    site("tau_b", dist.HalfNormal(pr.tau_optimum_sd))
+    tau_loss = numpyro.sample("tau_loss", dist.HalfNormal(pr.tau_loss_sd))
+    ft = jnp.result_type(tau_loss)
+    if size_scatter:
+        _size_levels(p, n_size, h_N, ft, left_out_law, pr)
+    sigma0 = numpyro.sample("sigma0", dist.HalfNormal(pr.sigma0_sd))
+    sigma1 = numpyro.sample("sigma1", dist.HalfNormal(pr.sigma1_sd))
+    site("nu", dist.Gamma(*pr.nu))
+    # a reduced design's left-out sites at their values there, in the potential's float type (the sizes' as a JAX
+    # array: the data's size index is traced)
+    p = fill_left_out(p, design, 0.0, np.zeros(n_s.shape[0], ft), jnp.zeros(len(n_size), ft))
+    nu = p["nu"]
+    size_s = size_s if size_scatter else None
+    loss_law = laws(p, n_s, d_s)["ell"] + size_offsets(p, n_s, size_s)["ell"]
+    with numpyro.plate("setting", n_s.shape[0]):
+        # non-centered offsets of the optimum (a setting's runs pin tau * eps, not eps); the loss level centered
+        if "eps_lr" not in left_out_setting:
+            p["eps_lr"] = numpyro.sample("eps_lr", dist.Normal(0.0, 1.0))
+        if "eps_b" not in left_out_setting:
+            p["eps_b"] = numpyro.sample("eps_b", dist.Normal(0.0, 1.0))
+        p["ell"] = numpyro.sample("ell", dist.Normal(loss_law, tau_loss))
+    mu, excess = surface_terms(p, n_s, d_s, s_obs, x_obs, z_obs, size_s)
+    with numpyro.plate("run", x_obs.shape[0]):
+        numpyro.sample("obs", dist.StudentT(nu, mu, sigma0 + sigma1 * excess), obs=log_loss)
+    if x_cens is not None and x_cens.shape[0] > 0:
+        mu_c, excess_c = surface_terms(p, n_s, d_s, s_cens, x_cens, z_cens, size_s)
+        z = (mu_c - log_level) / (sigma0 + sigma1 * excess_c)
+        with numpyro.plate("diverged_run", x_cens.shape[0]):
+            numpyro.sample("obs_censored", Exceeds(z), obs=diverged_obs)
