@@ -57,7 +57,6 @@ import dataclasses
 import math
 
 import numpy as np
-from scipy import optimize, special
 
 from scalinfer.models.surface.priors import PRIORS, Priors
 
@@ -109,6 +108,8 @@ LEFT_OUT = {"misfitting": "its fit did not converge (R-hat 2.02 on a0, 26 parame
 
 def default_on_scale(name: str, priors: Priors = PRIORS) -> tuple[float, float]:
     """(mean, sd) of hyperparameter `name`'s prior in `priors`, on its pooling scale (moment-matched)."""
+    from scipy import special
+
     field, scale = SCALES[name]
     v = getattr(priors, field)
     if scale == "log_tau":
@@ -167,6 +168,8 @@ def fit_population(y, v, m0: float, s0: float, n_grid: int = 2000) -> dict[str, 
 
 def to_prior(name: str, mean: float, sd: float) -> tuple[float, float]:
     """The `Priors` field value of `name` whose moments on the pooling scale are (mean, sd) (step 3)."""
+    from scipy import optimize, special
+
     scale = SCALES[name][1]
     if scale == "identity":
         return float(mean), float(sd)
