@@ -58,6 +58,15 @@ What is scored, per method and held-out setting:
   finite amount (a draw whose simulated losses overflow is left out). ``log_score_near`` is the log of the
   mass on the near-best set (the flat-valley version); ``log_score_uniform`` is log(1 / cells), what a guess
   that knows nothing scores.
+- ``coverage_90_pit`` / ``coverage_50_pit`` and ``pit_hist``: calibration of *which tried LR (batch) wins*, the
+  quantity the grid measures, with its run-to-run noise, ties and edges included. The posterior predictive
+  distribution of the winning cell (the draws of ``log_score``) gives a CDF F over the tried LRs (batches: the
+  winner's value, ordered); the observed winner's randomized PIT is uniform on [F(best-), F(best)] (Czado,
+  Gneiting and Held 2009, for discrete outcomes), so for a calibrated model it is uniform on [0, 1] and the
+  share of it inside the central c band, [(1 - c) / 2, (1 + c) / 2], averaged over settings, estimates the
+  coverage at level c without the coarse grid's bias either way (the point rule's low, the cell rule's high).
+  ``pit_hist``: its expected histogram over 10 equal bins (counts; flat when calibrated, U-shaped when the
+  intervals are too narrow, peaked when too wide).
 - ``width_90`` / ``width_50``: the median width of the intervals in decades, log10(hi / lo): coverage means
   little without it (an interval that spans the grid holds every cell).
 - ``regret``: 100 (loss of the cell nearest the recommended point / the best cell's loss - 1), in %. The
@@ -160,6 +169,42 @@ def widen_to_cells(lo: float, hi: float, axis: np.ndarray) -> tuple[float, float
     return float(edges[i_lo]), float(edges[i_hi + 1])
 
 
+PIT_BINS = 10
+
+
+def winner_pit(values: np.ndarray, observed: float) -> dict:
+    """The randomized PIT of the observed winner's value among the predictive draws of the winner's value
+    (`values`, one per draw): its range [F(observed-), F(observed)], the share of it inside each level's central
+    band (``pit_cov_<level>``) and its spread over `PIT_BINS` equal bins (``pit_bins``, summing to 1)."""
+    v = np.asarray(values, float)
+    lo = float(np.mean(v < observed * (1 - 1e-6)))
+    hi = float(np.mean(v <= observed * (1 + 1e-6)))
+
+    def share(a: float, b: float) -> float:
+        if hi > lo:
+            return max(0.0, min(hi, b) - max(lo, a)) / (hi - lo)
+        return float(a <= lo <= b)
+
+    out = {"pit": [lo, hi], **{f"pit_cov_{ci:g}": share((1 - ci) / 2, (1 + ci) / 2) for ci in LEVELS}}
+    edges = np.linspace(0.0, 1.0, PIT_BINS + 1)
+    bins = np.array([share(a, b) for a, b in zip(edges[:-1], edges[1:])])
+    if hi <= lo:  # a point mass: the bin that holds it (the last one for 1.0)
+        bins = np.zeros(PIT_BINS)
+        bins[min(int(lo * PIT_BINS), PIT_BINS - 1)] = 1.0
+    out["pit_bins"] = (bins / bins.sum()).tolist()
+    return out
+
+
+def _pit_scores(win: np.ndarray, t: dict) -> dict:
+    """`winner_pit` of the winning LR (``lr_opt``) and, on grids of several batches, batch (``batch_opt``)."""
+    g = t["grid"]
+    out = {f"{k}_lr_opt": v for k, v in winner_pit(g["lr"].to_numpy(float)[win], t["best_lr"]).items()}
+    if not t["fixed_batch"]:
+        out.update({f"{k}_batch_opt": v for k, v in
+                    winner_pit(g["batch_tokens"].to_numpy(float)[win], t["best_batch"]).items()})
+    return out
+
+
 def _log_scores(win: np.ndarray, t: dict) -> dict:
     """Log scores of winning-cell draws (positions into the grid's cells), smoothed by 1/2 per cell."""
     counts = np.bincount(win, minlength=t["n_cells"]).astype(float)
@@ -218,7 +263,8 @@ def score_surface(fit, t: dict, N: float, D: float, tie_tol: float, seed: int) -
         draws = {"lr_opt": p["lr_opt"][:, 0], "batch_opt": p["batch_opt"][:, 0],
                  "lr_opt_at_batch": p["lr_opt_at_batch"][:, at_best_batch]}
         point = score_point(t, float(np.median(draws["lr_opt"])), float(np.median(draws["batch_opt"])), tie_tol)
-    return {**score_intervals(t, draws), **point, **_log_scores(winner_draws(fit, p, seed), t)}
+    win = winner_draws(fit, p, seed)
+    return {**score_intervals(t, draws), **point, **_log_scores(win, t), **_pit_scores(win, t)}
 
 
 def score_classic(fit, t: dict, N: float, D: float, tie_tol: float) -> dict:
@@ -234,7 +280,8 @@ def score_classic(fit, t: dict, N: float, D: float, tie_tol: float) -> dict:
         point = score_point(t, float(np.median(lr)), float(np.median(b)), tie_tol)
     d = ((np.log(lr)[:, None] - np.log(g["lr"].to_numpy())[None]) ** 2
          + (np.log(b)[:, None] - np.log(g["batch_tokens"].to_numpy())[None]) ** 2)
-    return {**score_intervals(t, draws), **point, **_log_scores(np.argmin(d, axis=1), t)}
+    win = np.argmin(d, axis=1)
+    return {**score_intervals(t, draws), **point, **_log_scores(win, t), **_pit_scores(win, t)}
 
 
 def score_formula(name: str, t: dict, N: float, N_active: float, D: float, tie_tol: float) -> dict:
@@ -348,6 +395,11 @@ def aggregate(rows: list[dict], method: str) -> dict:
                 for q in ("lr_opt", "batch_opt", "lr_opt_at_batch")}
             out[f"width_{int(100 * ci)}"] = {q: _median(s.get(f"width_{ci:g}_{q}") for _, s in scored)
                                              for q in ("lr_opt", "batch_opt")}
+        for ci in LEVELS:
+            out[f"coverage_{int(100 * ci)}_pit"] = {q: _mean(s.get(f"pit_cov_{ci:g}_{q}") for _, s in scored)
+                                                    for q in ("lr_opt", "batch_opt")}
+        out["pit_hist"] = {q: np.sum([s[f"pit_bins_{q}"] for _, s in scored if f"pit_bins_{q}" in s], axis=0).round(2)
+                           .tolist() for q in ("lr_opt", "batch_opt")}
         out["n_batch"] = sum("hit_0.9_batch_opt" in s for _, s in scored)
         for k in ("log_score", "log_score_near", "log_score_uniform"):
             out[k] = _mean(s.get(k) for _, s in scored)
@@ -385,7 +437,8 @@ def print_table(title: str, results: dict, key: str) -> None:
     """One line per (group, method): key = "bins" or "datasets"."""
     print(f"\n{title}")
     head = (f"{'':<19}{'method':<14}{'n':>5}{'edge':>5}  {'90% lr':>7}{'(nom)':>6}{'point':>6}{'90% B':>7}"
-            f"{'(nom)':>6}{'50% lr':>7}{'(nom)':>6}{'point':>6}{'50% B':>7}{'(nom)':>6}{'90% lr@B':>9}{'w90 lr':>7}"
+            f"{'(nom)':>6}{'50% lr':>7}{'(nom)':>6}{'point':>6}{'50% B':>7}{'(nom)':>6}{'PIT90 lr':>9}{'B':>5}"
+            f"{'PIT50 lr':>9}{'B':>5}{'90% lr@B':>9}{'w90 lr':>7}"
             f"{'w90 B':>6}{'log sc':>8}{'near':>7}{'unif':>7}{'regret%':>8}{'med%':>7}{'pt hit':>7}")
     print(head)
     print("-" * len(head))
@@ -398,12 +451,15 @@ def print_table(title: str, results: dict, key: str) -> None:
             c90, c50, w90 = a.get("coverage_90", {}), a.get("coverage_50", {}), a.get("width_90", {})
             n90, n50 = a.get("nominal_90", {}), a.get("nominal_50", {})
             p90, p50 = a.get("coverage_90_point", {}), a.get("coverage_50_point", {})
+            q90, q50 = a.get("coverage_90_pit", {}), a.get("coverage_50_pit", {})
             print(f"{gname:<19}{method:<14}{a['n']:>5}{a['n_edge']:>5}  {_f(c90.get('lr_opt'), '.2f', 7)}"
                   f"{_f(n90.get('lr_opt'), '.2f', 6)}{_f(p90.get('lr_opt'), '.2f', 6)}"
                   f"{_f(c90.get('batch_opt'), '.2f', 7)}{_f(n90.get('batch_opt'), '.2f', 6)}"
                   f"{_f(c50.get('lr_opt'), '.2f', 7)}{_f(n50.get('lr_opt'), '.2f', 6)}"
                   f"{_f(p50.get('lr_opt'), '.2f', 6)}{_f(c50.get('batch_opt'), '.2f', 7)}"
                   f"{_f(n50.get('batch_opt'), '.2f', 6)}"
+                  f"{_f(q90.get('lr_opt'), '.2f', 9)}{_f(q90.get('batch_opt'), '.2f', 5)}"
+                  f"{_f(q50.get('lr_opt'), '.2f', 9)}{_f(q50.get('batch_opt'), '.2f', 5)}"
                   f"{_f(c90.get('lr_opt_at_batch'), '.2f', 9)}{_f(w90.get('lr_opt'), '.2f', 7)}"
                   f"{_f(w90.get('batch_opt'), '.2f', 6)}{_f(a.get('log_score'), '.2f', 8)}"
                   f"{_f(a.get('log_score_near'), '.2f', 7)}{_f(a.get('log_score_uniform'), '.2f', 7)}"
@@ -461,12 +517,21 @@ def main(argv=None) -> int:
     print(f"\nscored (fold, held-out setting) pairs: {len(rows)}; coverage = share of intervals holding (overlapping) "
           f"a near-best cell (within {100 * args.tie_tol:g}% of the best loss), (nom) = the mean posterior mass of the "
           "interval widened to its cells' boundaries (what a calibrated model's coverage matches), point = share "
-          "of intervals holding a near-best cell's value itself (the first runs' rule); lr@B = surface's "
+          "of intervals holding a near-best cell's value itself (the first runs' rule); PIT90 / PIT50 = the share "
+          "of the observed winner's randomized PIT inside the central 90% / 50% of the predictive distribution "
+          "of which tried LR (batch) wins (calibrated: 0.90 / 0.50); lr@B = surface's "
           "best LR at the best cell's batch; w90 = median width of the 90% interval in decades (log10 hi/lo); "
           "log sc = log P(observed best cell), near = log P(a near-best cell wins), unif = log(1/cells); "
           "regret = % over the best loss of the cell nearest the recommended point")
     print_table("by extrapolation ratio (target N / largest fitted N)", results, "bins")
     print_table("by dataset", results, "datasets")
+    print(f"\nthe winner's randomized PIT, expected counts over {PIT_BINS} equal bins (flat when calibrated):")
+    for m in ("surface", "classic"):
+        for label, a in [(b["ratio"], b) for b in results[m]["bins"]] + [("all", results[m]["all"])]:
+            for q in ("lr_opt", "batch_opt"):
+                h = a.get("pit_hist", {}).get(q)
+                if h is not None and np.ndim(h) == 1 and len(h):
+                    print(f"  {m:<8} {label:<6} {q:<10} " + " ".join(f"{x:5.1f}" for x in h))
     print("\n90% coverage of settings whose best cell is inside the grid (not on its edge):")
     for m in ("surface", "classic"):
         for name, a in results[m]["datasets"].items():
