@@ -178,7 +178,8 @@ def _size_s(fit, data: dict[str, np.ndarray]) -> np.ndarray | None:
 
 def _data(fit) -> dict[str, np.ndarray]:
     cd = fit.tree["constant_data"].to_dataset()
-    out = {k: cd[k].values for k in cd.data_vars if not k.startswith(("run_", "const_"))}
+    # the model's data arrays: not the runs' columns, nor the constants (format 2: ``constants``; 1: ``const_NAME``)
+    out = {k: cd[k].values for k in cd.data_vars if k != "constants" and not k.startswith(("run_", "const_"))}
     obs = fit.tree["observed_data"].to_dataset()
     out.update({k: obs[k].values for k in obs.data_vars})
     return out
