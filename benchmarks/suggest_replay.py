@@ -7,9 +7,11 @@ runs per setting, drawn at random) and buys runs from the universe in rounds of 
 after each round, until its width is within 10% of the full grid's (log width <= 1.1 x the full's) or the
 universe is spent:
 
-- ``suggest``: the ``--per-round`` remaining runs of the highest expected reduction of the posterior variance of
-  log lr_opt at the target per FLOP (`scalinfer.suggest.suggest`, each run scored alone: a round's picks are
-  the top of one ranking, not a jointly optimised batch);
+- ``suggest``: ``--per-round`` remaining runs chosen jointly by `scalinfer.suggest.suggest` with ``picks``: one
+  after another, each the highest expected reduction of the posterior variance of log lr_opt at the target per
+  FLOP given the picks before it (the believer rule: a pick's predictive-mean outcome reweights the draws);
+  its weights thin out with every pick, so rounds are small (default 16; `suggest` warns when the weights'
+  ESS falls under 100);
 - ``random``: uniformly among the remaining runs (seeded);
 - ``grid``: the file's order (size by size, budget by budget, LR by batch): a sweep run as it is listed.
 
@@ -22,7 +24,7 @@ of a strategy is the FLOPs of the runs it bought beyond the seed design (6 N D e
 ``flops_ratio_vs_random`` and ``flops_ratio_vs_grid`` (suggest's over theirs; a strategy that never reaches the
 width counts as the whole universe's FLOPs, and ``reached`` says which did).
 
-    nice -n 10 .venv/bin/python benchmarks/suggest_replay.py [--per-round 48] [--max-rounds 8] [--quick]
+    nice -n 10 .venv/bin/python benchmarks/suggest_replay.py [--per-round 16] [--max-rounds 12] [--quick]
         [--full-width HI_OVER_LO]
 
 Reads ``../shared/datasets/steplaw/dense_runs.csv`` (relative to the repository root).
@@ -53,8 +55,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", default=str(DATASET))
     ap.add_argument("--seed-runs", type=int, default=4, help="runs per setting in the seed design")
-    ap.add_argument("--per-round", type=int, default=48, help="runs bought per round")
-    ap.add_argument("--max-rounds", type=int, default=8)
+    ap.add_argument("--per-round", type=int, default=16, help="runs bought per round")
+    ap.add_argument("--max-rounds", type=int, default=12)
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=250)
     ap.add_argument("--samples", type=int, default=250)
@@ -111,8 +113,8 @@ def main(argv=None) -> int:
             if strategy == "suggest":
                 cand = full.loc[rest, ["N", "D", "lr", "batch_tokens"]].rename(columns={"batch_tokens": "batch"})
                 s = suggest(st["fit"], TARGET_N, TARGET_D, cand.reset_index(drop=True), max_draws=400,
-                            n_outcomes=100, seed=args.seed)
-                # the table is ranked; map its rows back to the universe's index through (N, D, lr, batch)
+                            n_outcomes=100, seed=args.seed, picks=k)
+                # the table lists the k picks first; map them back to the universe's index through (N, D, lr, batch)
                 key = {tuple(r): i for i, r in zip(rest, cand.to_numpy())}
                 picks = [key[tuple(r)] for r in s.table[["N", "D", "lr", "batch"]].to_numpy()[:k]]
             elif strategy == "random":
