@@ -169,6 +169,49 @@ def test_cli_compare_ranks_fits_of_one_table_and_refuses_other_data(table_fits, 
     assert "at least two" in capsys.readouterr().err
 
 
+def test_mix_draws_takes_each_source_in_proportion():
+    """The stacked posterior's mixture: counts multinomial in the weights (a source of weight 0 gives nothing),
+    every quantity drawn from the same source draws (rows stay together), shapes kept."""
+    from scalinfer.inference.compare import mix_draws
+
+    a = {"x": np.zeros(400), "y": np.zeros((400, 3))}
+    b = {"x": np.ones(1000), "y": np.ones((1000, 3))}
+    c = {"x": np.full(50, 2.0), "y": np.full((50, 3), 2.0)}
+    out = mix_draws({"a": a, "b": b, "c": c}, {"a": 0.25, "b": 0.75, "c": 0.0}, n=4000, seed=0)
+    assert out["x"].shape == (4000,) and out["y"].shape == (4000, 3)
+    assert np.all(out["y"] == out["x"][:, None])
+    # multinomial(4000, (0.25, 0.75, 0)): the share of b within 3 sd (0.0068) of 0.75, no draw of c
+    assert abs(np.mean(out["x"] == 1.0) - 0.75) < 0.021 and not np.any(out["x"] == 2.0)
+    with pytest.raises(ModelError, match="stacking weights"):
+        mix_draws({"a": a}, {"a": 0.0}, n=10)
+
+
+@pytest.mark.slow
+def test_cli_predict_stacks_fits_of_one_table(table_fits, capsys):
+    """``predict --fits``: the stacked posterior of the two fits of one table, with the weights; each quantity's
+    median lies between the two fits' own (a mixture's median does, up to the subsampling of draws: 2%)."""
+    paths = [str(p) for _, p in table_fits.values()]
+    target = ["--N", "3e8", "--target-loss", "3.1", "--batch", "65536,262144", "--json"]
+    assert cli(["predict", "--fits", *paths, *target]) == 0
+    out = json.loads(capsys.readouterr().out)
+    w = {k: v["weight"] for k, v in out["stacking"].items()}
+    assert set(w) == set(paths) and sum(w.values()) == pytest.approx(1.0)
+    single = []
+    for p in paths:
+        assert cli(["predict", p, *target, "--no-sensitivity"]) == 0
+        single.append(json.loads(capsys.readouterr().out))
+    for q in ("batch_crit", "steps_to_target", "tokens_to_target"):
+        meds = np.array([np.ravel(s[q]["median"]) for s in single], float)
+        lo, hi = meds.min(axis=0), meds.max(axis=0)
+        got = np.ravel(out[q]["median"]).astype(float)
+        assert np.all((lo * 0.98 <= got) & (got <= hi * 1.02)), (q, got, lo, hi)
+        assert out[q]["unit"] == single[0][q]["unit"] and out[q]["definition"] == single[0][q]["definition"]
+    assert cli(["predict", "--fits", paths[0], *target]) == 2
+    assert "two or more" in capsys.readouterr().err
+    assert cli(["predict", paths[0], "--fits", *paths, *target]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_cli_table_model_figures_and_schedule_refusal(table_fits, capsys, tmp_path):
     _, path = table_fits["openai-0"]

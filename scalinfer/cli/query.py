@@ -4,6 +4,7 @@
     scalinfer predict FIT.nc --N X --D Y [--ci 0.9] [--lr A --batch B] [--target-loss L] [--grid] [--json]
                       [--strict]
     scalinfer predict --baseline steplaw|deepseek|zhou2026 --N X --D Y [--json]
+    scalinfer predict --fits A.nc B.nc [...] --N X [--target-loss L ...] [--json]
 
 With ``--strict`` a command whose answer carries a warning exits with code 3 after printing it
 (`scalinfer.cli._args.exit_code`); bad input exits 2, as everywhere.
@@ -74,16 +75,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
             for k, v in out.items():
                 print(f"{k}: {v['median']:.4g}" if isinstance(v, dict) else f"{k}: {v}")
         return exit_code(args, out["warnings"])
+    if args.fits:
+        return _predict_stacked(args)
     if not args.fit:
-        raise ScalinferError("predict needs a fit file (or --baseline)")
+        raise ScalinferError("predict needs a fit file (or --fits, or --baseline)")
     import numpy as np
 
     from scalinfer.inference import load_fit
 
     f = load_fit(args.fit)
-    given = {"N": args.N, "D": args.D, "C": args.C, "lr": args.lr, "batch": args.batch,
-             "target_loss": args.target_loss}
-    given = {k: v for k, v in given.items() if v is not None}
+    given = _given(args)
     unknown = [k for k in given if k not in f.model.targets]
     if unknown:
         raise ScalinferError(f"model {f.model.name!r} does not take {_flags(unknown)} "
@@ -111,6 +112,44 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print_json(pred.to_dict())
     else:
         print(pred.to_text())
+    return exit_code(args, pred.warnings)
+
+
+def _given(args: argparse.Namespace) -> dict:
+    given = {"N": args.N, "D": args.D, "C": args.C, "lr": args.lr, "batch": args.batch,
+             "target_loss": args.target_loss}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _predict_stacked(args: argparse.Namespace) -> int:
+    """``predict --fits A B ...``: the stacked posterior of fits of one table (`stacked_prediction`)."""
+    if args.fit:
+        raise ScalinferError("predict: give either a fit file or --fits, not both")
+    if args.grid:
+        raise ScalinferError("predict --fits answers at one target: --grid is for a single fit")
+    if len(args.fits) < 2:
+        raise ScalinferError("predict --fits needs two or more fit files of the same table")
+    from scalinfer.inference import load_fit
+    from scalinfer.inference.compare import stacked_prediction
+
+    names = {}
+    for path in args.fits:
+        names[path if path not in names else f"{path}#{len(names)}"] = path
+    loaded = {name: load_fit(path) for name, path in names.items()}
+    given = _given(args)
+    for name, f in loaded.items():
+        unknown = [k for k in given if k not in f.model.targets]
+        if unknown:
+            raise ScalinferError(f"{name}: model {f.model.name!r} does not take {_flags(unknown)} "
+                                 f"(it takes {_flags(f.model.targets)})")
+    pred, table = stacked_prediction(loaded, ci=args.ci, **given)
+    stacking = {name: {"model": r["model"], "weight": float(r["weight"]), "elpd_loo": float(r["elpd_loo"]),
+                       "elpd_diff": float(r["elpd_diff"]), "dse": float(r["dse"])} for name, r in table.iterrows()}
+    if args.json:
+        print_json({**pred.to_dict(), "stacking": stacking})
+    else:
+        print(pred.to_text())
+        print("stacking weights (PSIS-LOO): " + ", ".join(f"{k} {v['weight']:.2f}" for k, v in stacking.items()))
     return exit_code(args, pred.warnings)
 
 
@@ -157,7 +196,10 @@ def register(subparsers) -> None:
                     "optimum outside or at the edge of the LRs or batches tried, a batch below one sequence or "
                     "above D, an LR above 1. Targets must be positive finite numbers (else exit 2). With --strict "
                     "the exit code is 3 when any warning fires (the answer is printed first).")
-    s.add_argument("fit", nargs="?", type=fit_path, help="fit file (not needed with --baseline)")
+    s.add_argument("fit", nargs="?", type=fit_path, help="fit file (not needed with --fits or --baseline)")
+    s.add_argument("--fits", nargs="+", type=fit_path, metavar="FIT",
+                   help="two or more fits of the same table: answer with their stacked posterior (each fit's draws "
+                        "mixed with its PSIS-LOO stacking weight; the quantities every fit defines alike)")
     s.add_argument("--N", type=range_or_floats, help="target parameters (non-embedding); LO:HI:K with --grid")
     s.add_argument("--D", type=range_or_floats, help="target training tokens; LO:HI:K with --grid")
     s.add_argument("--C", type=floats, help="compute budget in FLOPs (chinchilla: compute-optimal N, D)")

@@ -1,4 +1,5 @@
-"""Ranking fits of the same data by PSIS-LOO and stacking weights (ArviZ `arviz_stats.loo` / `compare`).
+"""Ranking fits of the same data by PSIS-LOO and stacking weights (ArviZ `arviz_stats.loo` / `compare`), and
+answering with the stacked posterior (`stacked_prediction`).
 
 LOO compares the expected log predictive density of each observed value left out in turn, so it is only
 meaningful between fits of the *same* observed numbers: the same rows, the same observed variable, the
@@ -22,7 +23,12 @@ import pandas as pd
 from scalinfer.errors import ModelError
 from scalinfer.inference.fit import load_fit
 
-__all__ = ["same_data", "compare_fits", "loo_table"]
+__all__ = ["same_data", "compare_fits", "loo_table", "mix_draws", "stacked_prediction", "FAR_BEHIND"]
+
+#: a fit is "far behind" the best when its elpd_loo difference is below -FAR_BEHIND and more than two of its
+#: standard errors from 0 (a gap of 4 in elpd is Sivula et al.'s rough line between a difference that the LOO
+#: noise could make and one it could not)
+FAR_BEHIND = 4.0
 
 #: run columns that identify the data (compared when both fits have them)
 _IDENTITY = ("N", "batch_tokens", "target_loss", "steps_to_target", "step", "loss", "D", "run_id")
@@ -132,3 +138,71 @@ def loo_table(table: pd.DataFrame) -> str:
                      f"{r['elpd_diff']:>10.2f} {r['dse']:>7.2f} {r['p_loo']:>6.1f} {r['weight']:>6.2f} "
                      f"{r['bad_k']:>5d}")
     return "\n".join(lines)
+
+
+def mix_draws(draws: Mapping[str, Mapping[str, np.ndarray]], weights: Mapping[str, float], n: int, seed: int = 0
+              ) -> dict[str, np.ndarray]:
+    """Draws of a mixture of posteriors: `n` draws in all, the count from each source multinomial with its
+    weight, each source's share taken from its draws at random (without replacement where it has enough).
+
+    `draws`: source -> quantity -> array (n_source_draws, ...); every source has the same quantities. Returns
+    quantity -> array (n, ...), the sources' draws in the order of `draws`."""
+    names = list(draws)
+    w = np.array([max(float(weights[k]), 0.0) for k in names])
+    if not np.isfinite(w).all() or w.sum() <= 0:
+        raise ModelError(f"stacking weights must be non-negative with a positive sum, got {dict(weights)}")
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(n, w / w.sum())
+    out: dict[str, list[np.ndarray]] = {}
+    for name, c in zip(names, counts):
+        have = len(next(iter(draws[name].values())))
+        idx = rng.choice(have, size=int(c), replace=int(c) > have)
+        for q, v in draws[name].items():
+            out.setdefault(q, []).append(np.asarray(v)[idx])
+    return {q: np.concatenate(parts, axis=0) for q, parts in out.items()}
+
+
+def stacked_prediction(fits: Mapping[str, Any], ci: float = 0.9, seed: int = 0, **targets):
+    """The answer of several fits of the same data at `targets`, as the stacked posterior predictive (Yao,
+    Vehtari, Simpson and Gelman 2018): each fit's draws, mixed with the stacking weights `compare_fits` gives
+    (the weights that maximize the mixture's leave-one-out log score: which fit predicts data it has not seen).
+
+    Only the quantities every fit reports with the same unit and definition are stacked
+    (`scalinfer.quantities`: ``batch_crit`` is E_min / S_min in every batch model, but OpenAI's 2x-overhead
+    point only under batch-openai's hyperbola, so it is stacked only among fits of one model); the others are
+    named in a warning. Warnings: each fit's own (prefixed with its name) where its weight is 0.01 or more, and
+    one per fit whose out-of-sample score is far behind the best (`FAR_BEHIND`).
+
+    Returns (`scalinfer.predict.Prediction`, the comparison table of `compare_fits`). The prediction's draws
+    number as many as the fit with the fewest; its ``model`` is the heaviest fit's."""
+    from scalinfer.predict import Prediction
+    from scalinfer.quantities import describe
+
+    loaded = {name: (load_fit(f) if isinstance(f, (str, os.PathLike)) else f) for name, f in fits.items()}
+    table = compare_fits(loaded)
+    preds = {name: loaded[name].predict(ci=ci, sensitivity=False, **targets) for name in table.index}
+    models = {name: loaded[name].attrs["model"] for name in table.index}
+    first = next(iter(preds.values()))
+    common, dropped = [], []
+    for q in first.draws:
+        defs = {(describe(q, models[n]).unit, describe(q, models[n]).definition) for n in preds if q in preds[n].draws}
+        (common if len(defs) == 1 and all(q in p.draws for p in preds.values()) else dropped).append(q)
+    weights = {name: float(table.loc[name, "weight"]) for name in table.index}
+    n = min(len(next(iter(p.draws.values()))) for p in preds.values())
+    mixed = mix_draws({name: {q: p.draws[q] for q in common} for name, p in preds.items()}, weights, n, seed)
+    warnings = []
+    for name in table.index:
+        r = table.loc[name]
+        if r["elpd_diff"] < -FAR_BEHIND and r["elpd_diff"] + 2 * r["dse"] < 0:
+            warnings.append(f"{name} ({models[name]}): its out-of-sample score is far behind the best fit's "
+                            f"(elpd_loo {r['elpd_diff']:+.1f} +- {r['dse']:.1f}); stacking weight {r['weight']:.2f}")
+        if weights[name] >= 0.01:
+            warnings.extend(f"{name}: {w}" for w in preds[name].warnings)
+    if dropped:
+        warnings.append(f"not stacked: {', '.join(dropped)} (not reported by every fit, or defined differently by "
+                        f"their models: {', '.join(sorted(set(models.values())))}); predict each fit alone for them")
+    best = max(weights, key=weights.get)
+    pred = Prediction(draws=mixed, units={q: first.units[q] for q in common if q in first.units},
+                      targets=first.targets, extrapolation=preds[best].extrapolation, ci=ci,
+                      warnings=tuple(warnings), model=models[best])
+    return pred, table
