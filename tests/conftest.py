@@ -74,21 +74,29 @@ def run_cli(*args: str) -> CliResult:
 
 
 @pytest.fixture(scope="session")
-def surface_sim_fit(tmp_path_factory):
-    """The simulated ``surface`` table of test_surface and test_recommend and its NUTS fit, made once per run.
-
-    405 runs (`support.designs.surface_design("small")`: 9 settings; the model's `true_params`, seed 11) and one
-    fit of them (2 chains x (300 + 300), seed 11), saved: the first worker to ask fits and saves it, the others
-    read the file (`support.shared.made_once`). Returns ``(params, table, fit, path)``; the fit is read back from
-    the file in every worker, so the tests see the fit as a user who reopens it does."""
-    import scalinfer
+def surface_sim_table():
+    """The simulated ``surface`` table of test_surface and test_recommend: ``(params, table)``, 405 runs
+    (`support.designs.surface_design("small")`: 9 settings; the model's `true_params`, seed 11). Cheap (no fit):
+    tests that need only the table do not wait for `surface_sim_fit`."""
     from scalinfer.models.surface import MODEL
-    from scalinfer.runs.schema import validate
     from support.designs import surface_design
-    from support.shared import made_once
 
     params = MODEL.true_params()
-    df = MODEL.simulate(params, surface_design("small"), seed=11)
+    return params, MODEL.simulate(params, surface_design("small"), seed=11)
+
+
+@pytest.fixture(scope="session")
+def surface_sim_fit(tmp_path_factory, surface_sim_table):
+    """`surface_sim_table` and its NUTS fit, made once per run: ``(params, table, fit, path)``.
+
+    One fit (2 chains x (300 + 300), seed 11), saved: the first worker to ask fits and saves it, the others read
+    the file (`support.shared.made_once`); the fit is read back from the file in every worker, so the tests see
+    the fit as a user who reopens it does."""
+    import scalinfer
+    from scalinfer.runs.schema import validate
+    from support.shared import made_once
+
+    params, df = surface_sim_table
     runs = validate(df.drop(columns=["true_lr_opt", "true_batch_opt", "true_loss_opt"]), source="simulated",
                     kind="runs")
     path = made_once(tmp_path_factory, "surface_sim.nc", lambda p: scalinfer.fit(

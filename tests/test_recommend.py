@@ -18,10 +18,10 @@ N, D = 4.5e8, 2.7e10
 
 
 @pytest.fixture(scope="module")
-def sim(surface_sim_fit):
+def sim(surface_sim_table):
     """(true parameters, the simulated table) of conftest's shared fit: 405 runs in 9 settings, delta_lr = 0.63
     (the LR valley ~3.5x steeper above the optimum)."""
-    return surface_sim_fit[:2]
+    return surface_sim_table
 
 
 @pytest.fixture(scope="module")

@@ -26,9 +26,9 @@ def _runs(df: pd.DataFrame, source: str = "simulated"):
 
 
 @pytest.fixture(scope="module")
-def sim(surface_sim_fit):
+def sim(surface_sim_table):
     """(true parameters, the simulated table) of conftest's shared fit: 405 runs, 9 settings."""
-    return surface_sim_fit[:2]
+    return surface_sim_table
 
 
 @pytest.fixture(scope="module")
