@@ -46,13 +46,10 @@ T_90_DF2 = 2.919986  # Student t's 95% quantile with 2 degrees of freedom (3 see
 def load(folder: Path = HERE) -> list[dict]:
     """One dict per finished run: arm, seed, the final record's loss, steps and wall time, and the
     held-out curve (arrays ``eval_steps``, ``eval_tokens``, ``eval_loss``)."""
-    manifest = json.loads((folder / "manifest.json").read_text())
-    records = {r["run_id"]: r for r in map(json.loads, (folder / "runs.jsonl").read_text().splitlines())}
+    from scalinfer.sweep.store import finished_runs
+
     runs = []
-    for run in manifest["runs"]:
-        rec = records.get(run["run_id"])
-        if run["state"] != "done" or rec is None:
-            continue
+    for run, rec in finished_runs(folder):
         _, arm, seed = run["name"].rsplit("-", 2)
         curve = [json.loads(line) for line in (folder / "runs" / run["run_id"] / "metrics.jsonl").open()]
         curve = [c for c in curve if "eval_loss" in c]

@@ -12,8 +12,9 @@ diverged, wall_s, run_id.
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
+
+from scalinfer.sweep.store import finished_runs
 
 HERE = Path(__file__).resolve().parent
 HIDDEN = ("attention", "experts")
@@ -33,13 +34,8 @@ def group_of(mult: dict[str, float]) -> tuple[str, float]:
 
 
 def main() -> None:
-    manifest = json.loads((HERE / "manifest.json").read_text())
-    records = {r["run_id"]: r for r in map(json.loads, (HERE / "runs.jsonl").read_text().splitlines())}
     rows = []
-    for run in manifest["runs"]:
-        rec = records.get(run["run_id"])
-        if run["state"] != "done" or rec is None:
-            continue
+    for run, rec in finished_runs(HERE):
         group, m = group_of(run["config"]["optimizer"]["lr_mult"])
         rows.append({"size": run["name"].split("-")[0], "group": group, "multiplier": m, "lr": rec["lr"],
                      "loss": rec["loss"], "diverged": rec["diverged"], "wall_s": run["wall_s"],

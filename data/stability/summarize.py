@@ -10,8 +10,9 @@ diverged), diverged (a non-finite training loss stopped the run), diverged_at_to
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
+
+from scalinfer.sweep.store import finished_runs
 
 HERE = Path(__file__).resolve().parent
 #: the base LR per size (the sweep's x1 point; sweep.toml's header, written by make_sweep.py)
@@ -19,13 +20,8 @@ BASE = {"d32l2h2": 0.00909, "d48l2h3": 0.00575, "d64l2h4": 0.00416}
 
 
 def main() -> None:
-    manifest = json.loads((HERE / "manifest.json").read_text())
-    records = {r["run_id"]: r for r in map(json.loads, (HERE / "runs.jsonl").read_text().splitlines())}
     rows = []
-    for run in manifest["runs"]:
-        rec = records.get(run["run_id"])
-        if run["state"] != "done" or rec is None:
-            continue
+    for run, rec in finished_runs(HERE):
         size = run["name"].split("-")[0]
         rows.append({"size": size, "N": rec["N"], "qk_norm": rec["qk_norm"], "lr": rec["lr"],
                      "lr_ratio": round(rec["lr"] / BASE[size], 3), "loss": rec["loss"],

@@ -35,7 +35,7 @@ from scalinfer.sweep.spec import Sweep, SweepRun, load_sweep
 from scalinfer.train.config import config_to_dict
 from scalinfer.train.records import read_json, write_file
 
-__all__ = ["RunStatus", "SweepResult", "run_status", "merge", "export"]
+__all__ = ["RunStatus", "SweepResult", "run_status", "merge", "export", "finished_runs"]
 
 _TABLE = "runs.jsonl"
 _MANIFEST = "manifest.json"
@@ -288,6 +288,17 @@ def export(out: str | os.PathLike, dest: str | os.PathLike) -> list[str]:
                     write_file(target, f.read_text(), "the exported copy", _incomplete(dest))
         copied.append(d.name)
     return copied
+
+
+def finished_runs(folder: str | os.PathLike) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The finished runs of a merged or exported sweep folder (``manifest.json`` and ``runs.jsonl``, as `export`
+    writes them): ``(manifest entry, run-table record)`` for each run whose state is ``done`` and that has its
+    record, in the manifest's order. The studies' summaries under ``data/`` read their runs through it."""
+    folder = Path(folder)
+    manifest = json.loads((folder / _MANIFEST).read_text())
+    records = {r["run_id"]: r for r in _read_jsonl(folder / _TABLE)}
+    return [(run, records[run["run_id"]]) for run in manifest["runs"]
+            if run["state"] == "done" and run["run_id"] in records]
 
 
 def _make_folder(folder: Path, dest: Path | None = None) -> None:
