@@ -60,6 +60,19 @@ def test_baseline_needs_no_fit():
     # Step Law: eta* = 1.79 N^-0.713 D^0.307, B* = 0.58 D^0.571 (tokens)
     assert p["lr_opt"]["median"] == pytest.approx(1.79 * 1e9 ** -0.713 * 2e10 ** 0.307, rel=1e-6)
     assert p["batch_opt"]["median"] == pytest.approx(0.58 * 2e10 ** 0.571, rel=1e-6)
+    assert p["lr_opt"]["unit"] and p["lr_opt"]["definition"] and p["batch_loss_opt"]["unit"] == "tokens/step"
+    assert p["batch_opt"]["alias_of"] == "batch_loss_opt" and p["batch_opt"]["median"] == p["batch_loss_opt"]["median"]
+
+
+def test_the_lr_papers_baseline_says_which_reading_of_its_units_it_uses():
+    """Zhou et al.'s Eq. 6 leaves N's unit open: the answer reads raw counts, says so, and gives the other
+    reading's value (N in millions: x 1e6^0.2219 = 21.5)."""
+    r = run_cli("predict", "--baseline", "zhou2026", "--N", "1.3e9", "--D", "5e11", "--json")
+    assert r.code == 0, r.err
+    p = r.json()
+    assert p["lr_opt"]["median"] == pytest.approx(38.4588 * 1.3e9 ** -0.2219 * 5e11 ** -0.3509, rel=1e-6)
+    assert "raw" in p["reading"]
+    assert any("does not state the units" in w and "(21x)" in w for w in p["warnings"]), p["warnings"]
 
 
 def _bad(tmp_path, name: str, text: str | bytes):

@@ -55,14 +55,29 @@ def _baseline(args: argparse.Namespace) -> dict[str, Any]:
         raise ScalinferError("--baseline needs --N and --D")
     import numpy as np
 
+    from scalinfer.quantities import describe
+
     lr_fn, batch_fn = LAWS[BASELINES[args.baseline]]
     out: dict[str, Any] = {"baseline": args.baseline}
     lr = float(np.asarray(lr_fn(args.N, args.D)))
-    out["lr_opt"] = {"median": lr, "lo": lr, "hi": lr}
+    out["lr_opt"] = {"median": lr, "lo": lr, "hi": lr, **describe("lr_opt").entry()}
     if batch_fn is not None:
         b = float(np.asarray(batch_fn(args.N, args.D)))
-        out["batch_opt"] = {"median": b, "lo": b, "hi": b}
+        q = describe("batch_loss_opt")  # the peers' optimal batch; batch_opt, the old name, kept beside it
+        out["batch_opt"] = {"median": b, "lo": b, "hi": b, "unit": q.unit,
+                            "definition": f"alias of batch_loss_opt (the old name, kept for one release): {q.definition}",
+                            "alias_of": "batch_loss_opt"}
+        out["batch_loss_opt"] = {"median": b, "lo": b, "hi": b, **q.entry()}
     out["warnings"] = ["a closed-form peer law: a point value with no uncertainty"]
+    if args.baseline == "zhou2026":
+        # the paper's Eq. 6 does not state its units (docs/laws.md section 4): say which reading this is, and
+        # what the other one gives
+        in_millions = float(np.asarray(lr_fn(args.N / 1e6, args.D)))
+        out["reading"] = ("N as given (raw non-embedding parameters: total or active, whichever you passed), D in "
+                          "raw tokens")
+        out["warnings"].append(f"the LR paper does not state the units of its law: this answer reads N and D as raw "
+                               f"counts; with N in millions of parameters it is {in_millions:.3g} "
+                               f"({in_millions / lr:.0f}x), and whether N is total or active is not stated either")
     return out
 
 
@@ -73,7 +88,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
             print_json(out)
         else:
             for k, v in out.items():
-                print(f"{k}: {v['median']:.4g}" if isinstance(v, dict) else f"{k}: {v}")
+                if isinstance(v, dict):
+                    print(f"{k}: {v['median']:.4g} {v['unit']}  ({v['definition']})")
+                elif k != "warnings":
+                    print(f"{k}: {v}")
+            for w in out["warnings"]:
+                print(f"warning: {w}")
         return exit_code(args, out["warnings"])
     if args.fits:
         return _predict_stacked(args)
