@@ -11,6 +11,8 @@ name                  what it is
 ``batch_token_opt``   the batch that reaches a target loss with the fewest tokens (B_opt = E_min / S_opt)
 ``batch_min``         the smallest batch that reaches a target loss at all (B_min)
 ``batch_crit``        E_min / S_min (B_crit); the 2x-overhead point only under OpenAI's hyperbola
+``batch_overhead_20``  the batch whose steps are 20% above perfect scaling, E_min / B (Zhang et al.'s
+                      critical batch); 0.2 B_crit under OpenAI's hyperbola, reported by ``batch-openai``
 ====================  ================================================================================
 
 Old names stay for one release as documented aliases (`ALIASES`): ``batch_opt`` is ``batch_loss_opt`` in
@@ -75,6 +77,8 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
     _q("batch_min", BATCH, "the smallest batch that reaches the target loss at all (in any number of steps)"),
     _q("batch_crit", BATCH, "E_min / S_min, the fewest tokens over the fewest steps that reach the target loss; "
                             "OpenAI's 2x-overhead point only under their hyperbola"),
+    _q("batch_overhead_20", BATCH, "the batch whose steps to the target are 20% above perfect scaling E_min / B "
+                                   "(Zhang et al.'s critical batch): 0.2 B_crit under OpenAI's hyperbola"),
     _q("steps_to_target", "steps", "optimizer steps to reach the target loss at the given batch (inf: never)"),
     _q("tokens_to_target", "tokens", "tokens (batch x steps) to reach the target loss at the given batch "
                                      "(inf: never)"),

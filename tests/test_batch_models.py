@@ -119,6 +119,10 @@ def test_openai_predictions_follow_the_law_and_use_the_fitted_unit():
     np.testing.assert_allclose(p["steps_to_target"][0], S_min * (1 + B_crit / B), rtol=1e-12)
     np.testing.assert_allclose(p["tokens_to_target"], p["steps_to_target"] * B, rtol=1e-12)
     assert p["steps_to_target"].shape == (n, 2)
+    # the 20%-overhead batch: there the steps are 1.2x perfect scaling E_min / B (E_min = S_min B_crit)
+    b20 = p["batch_overhead_20"][0]
+    s20 = OPENAI.predict(draws, c, N=4e8, target_loss=3.0, batch=[b20])["steps_to_target"][0, 0]
+    assert s20 == pytest.approx(1.2 * S_min * B_crit / b20, rel=1e-12)
     # a new unit: fresh deviations, the same in any call for the same (N, L*)
     a = OPENAI.predict(draws, c, N=2e8, target_loss=3.1)["batch_crit"]
     b = OPENAI.predict(draws, c, N=[2e8, 9e8], target_loss=[3.1, 2.9])["batch_crit"][:, 0]

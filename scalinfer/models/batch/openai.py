@@ -56,7 +56,8 @@ __all__ = ["BatchOpenAI", "OPENAI"]
 class BatchOpenAI(BatchTableModel):
     name = "batch-openai"
     version = "2"
-    predicts = {"batch_crit": "tokens/step", "steps_to_target": "steps", "tokens_to_target": "tokens"}
+    predicts = {"batch_crit": "tokens/step", "batch_overhead_20": "tokens/step", "steps_to_target": "steps",
+                "tokens_to_target": "tokens"}
     dims = {"z_S": ["unit"], "z_B": ["unit"]}
 
     def model(self, x_N, x_L, unit, log_b, censored, log_steps=None):
@@ -86,13 +87,18 @@ class BatchOpenAI(BatchTableModel):
 
     @float64  # the laws in float64, as the fit
     def predict(self, draws, constants, N=None, target_loss=None, batch=None):
-        """B_crit (OpenAI's 2x-overhead batch) at (N, L*); with ``batch``, steps and tokens to the target.
+        """B_crit (OpenAI's 2x-overhead batch) and the 20%-overhead batch at (N, L*); with ``batch``, steps and
+        tokens to the target.
+
+        The 20%-overhead batch (Zhang et al.'s critical batch) is where the steps are 20% above perfect scaling,
+        S = 1.2 E_min / B: on the hyperbola S = S_min (1 + B_crit / B), with E_min = S_min B_crit, that is
+        1 + B_crit / B = 1.2 B_crit / B, i.e. B = 0.2 B_crit.
 
         ``N``, ``target_loss`` broadcast to a shape T; ``batch`` (tokens per step) is a scalar or a 1-d
         list, appended as a last axis. Returns arrays (n_draws, *T) and (n_draws, *T, n_batch).
         """
         log_S_min, log_B_crit = self.unit_laws(draws, constants, N, target_loss)
-        out = {"batch_crit": np.exp(log_B_crit)}
+        out = {"batch_crit": np.exp(log_B_crit), "batch_overhead_20": 0.2 * np.exp(log_B_crit)}
         if batch is not None:
             B = np.asarray(batch, float)
             S = np.asarray(steps_openai(B, np.exp(log_S_min)[..., None], np.exp(log_B_crit)[..., None]))
