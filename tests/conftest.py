@@ -103,12 +103,3 @@ def surface_sim_fit(tmp_path_factory, surface_sim_table):
         runs, model="surface", chains=2, warmup=300, samples=300, seed=11).save(p))
     return params, df, scalinfer.load_fit(path), path
 
-
-def pytest_collection_modifyitems(config, items):
-    """The longest groups first: the notebooks (each its own group, minutes each), then the files that hold a
-    slow-marked test, then the rest (a stable sort: within each, collection order). The README's command runs
-    the groups in this order (``--dist loadscope --no-loadscope-reorder``; xdist's own reorder puts the groups
-    with the most tests first, which left two notebooks running alone at the end), so a worker that finishes
-    early fills in with short groups instead of idling while another runs a notebook."""
-    heavy = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: 0 if item.path.name == "test_notebooks.py" else 1 if item.path in heavy else 2)
