@@ -16,8 +16,9 @@ name                  what it is
 ====================  ================================================================================
 
 Old names stay for one release as documented aliases (`ALIASES`): ``batch_opt`` is ``batch_loss_opt`` in
-``surface`` and ``classic`` and ``batch_token_opt`` in ``batch-wsd`` and ``batch-floor``. The JSON carries both
-names; the alias's entry says ``"alias_of": NEW`` and its definition begins with "alias of NEW".
+``surface``, ``classic`` and the peer laws (``predict --baseline``) and ``batch_token_opt`` in ``batch-wsd`` and
+``batch-floor``. The JSON carries both names; the alias's entry says ``"alias_of": NEW`` and its definition
+begins with "alias of NEW".
 
 Why batch_crit needs its model: B_crit = E_min / S_min is OpenAI's 2x-overhead point (twice the fewest steps
 and twice the fewest tokens) because their steps-tokens curve is the hyperbola (S/S_min - 1)(E/E_min - 1) = 1.
@@ -116,6 +117,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "classic": {"batch_opt": "batch_loss_opt"},
     "batch-wsd": {"batch_opt": "batch_token_opt"},
     "batch-floor": {"batch_opt": "batch_token_opt"},
+    "baseline": {"batch_opt": "batch_loss_opt"},  # the peer laws of ``predict --baseline``
 }
 
 #: (model, name) -> definition, where a model's quantity is more specific than the shared one

@@ -40,7 +40,6 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ARMS = ("const", "fitted", "rule")
-T_90_DF2 = 2.919986  # Student t's 95% quantile with 2 degrees of freedom (3 seeds)
 
 
 def load(folder: Path = HERE) -> list[dict]:
@@ -80,11 +79,13 @@ def steps_to_reach(run: dict, loss: float, axis: str = "eval_steps") -> float:
 
 
 def mean_interval(values) -> tuple[float, float, float]:
-    """(mean, lo, hi): the mean over seeds and its 90% Student-t interval."""
+    """(mean, lo, hi): the mean over seeds and its 90% Student-t interval (n - 1 degrees of freedom)."""
+    from scipy.stats import t
+
     v = np.asarray([x for x in values if np.isfinite(x)], float)
     if v.size < 2:
         return (float(v.mean()) if v.size else math.nan), math.nan, math.nan
-    half = T_90_DF2 * v.std(ddof=1) / math.sqrt(v.size) if v.size == 3 else math.nan
+    half = float(t.ppf(0.95, v.size - 1)) * v.std(ddof=1) / math.sqrt(v.size)
     return float(v.mean()), float(v.mean() - half), float(v.mean() + half)
 
 

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 __all__ = ["MODEL_NAMES", "FORMAT_NAMES", "PLOT_KINDS", "PRESET_NAMES", "DECAY_SHAPES", "BASELINES",
-           "floats", "range_or_floats", "positive", "count", "whole", "ints", "fit_path", "add_force", "quiet",
+           "floats", "range_or_floats", "positive", "count", "whole", "ints", "fit_path", "fit_labels", "add_force", "quiet",
            "print_json", "negative_values", "add_strict", "STRICT_EXIT", "exit_code"]
 
 # The names the parser offers. Each has one home in the library (the module named beside it); the copies
@@ -107,6 +107,15 @@ def fit_path(text: str) -> str:
     except OSError as e:
         raise argparse.ArgumentTypeError(e.strerror) from None
     return text
+
+
+def fit_labels(paths) -> dict[str, str]:
+    """Label -> path for fit files given on the command line: the path itself, ``PATH#i`` for a repeat (the i-th
+    file given), so that a file named twice is two entries in a comparison."""
+    labels: dict[str, str] = {}
+    for path in paths:
+        labels[path if path not in labels else f"{path}#{len(labels)}"] = path
+    return labels
 
 
 def ints(text: str) -> tuple[int, ...]:

@@ -16,7 +16,8 @@ import argparse
 import math
 import sys
 
-from scalinfer.cli._args import DECAY_SHAPES, add_force, add_strict, count, exit_code, fit_path, positive, print_json
+from scalinfer.cli._args import (DECAY_SHAPES, add_force, add_strict, count, exit_code, fit_labels, fit_path,
+                                 positive, print_json)
 
 __all__ = ["register", "cmd_compare", "cmd_schedule"]
 
@@ -24,11 +25,7 @@ __all__ = ["register", "cmd_compare", "cmd_schedule"]
 def cmd_compare(args: argparse.Namespace) -> int:
     from scalinfer.inference.compare import compare_fits, loo_table
 
-    names = {}
-    for path in args.fits:
-        label = path if path not in names else f"{path}#{len(names)}"
-        names[label] = path
-    table = compare_fits(names)
+    table = compare_fits(fit_labels(args.fits))
     if args.json:
         rows = [{"fit": k, **{c: (v.item() if hasattr(v, "item") else v) for c, v in r.items()}}
                 for k, r in table.iterrows()]

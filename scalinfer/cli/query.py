@@ -21,8 +21,8 @@ import json
 import sys
 from typing import Any
 
-from scalinfer.cli._args import (BASELINES, PLOT_KINDS, add_force, add_strict, exit_code, fit_path, floats, print_json,
-                                 range_or_floats)
+from scalinfer.cli._args import (BASELINES, PLOT_KINDS, add_force, add_strict, exit_code, fit_labels, fit_path, floats,
+                                 print_json, range_or_floats)
 from scalinfer.errors import ScalinferError
 
 __all__ = ["register", "cmd_summary", "cmd_predict", "cmd_plot"]
@@ -63,11 +63,8 @@ def _baseline(args: argparse.Namespace) -> dict[str, Any]:
     out["lr_opt"] = {"median": lr, "lo": lr, "hi": lr, **describe("lr_opt").entry()}
     if batch_fn is not None:
         b = float(np.asarray(batch_fn(args.N, args.D)))
-        q = describe("batch_loss_opt")  # the peers' optimal batch; batch_opt, the old name, kept beside it
-        out["batch_opt"] = {"median": b, "lo": b, "hi": b, "unit": q.unit,
-                            "definition": f"alias of batch_loss_opt (the old name, kept for one release): {q.definition}",
-                            "alias_of": "batch_loss_opt"}
-        out["batch_loss_opt"] = {"median": b, "lo": b, "hi": b, **q.entry()}
+        for name in ("batch_opt", "batch_loss_opt"):  # the peers' B*, under its old name (an alias) and its new one
+            out[name] = {"median": b, "lo": b, "hi": b, **describe(name, "baseline").entry()}
     out["warnings"] = ["a closed-form peer law: a point value with no uncertainty"]
     if args.baseline == "zhou2026":
         # the paper's Eq. 6 does not state its units (docs/laws.md section 4): say which reading this is, and
@@ -152,10 +149,7 @@ def _predict_stacked(args: argparse.Namespace) -> int:
     from scalinfer.inference import load_fit
     from scalinfer.inference.compare import stacked_prediction
 
-    names = {}
-    for path in args.fits:
-        names[path if path not in names else f"{path}#{len(names)}"] = path
-    loaded = {name: load_fit(path) for name, path in names.items()}
+    loaded = {name: load_fit(path) for name, path in fit_labels(args.fits).items()}
     given = _given(args)
     for name, f in loaded.items():
         unknown = [k for k in given if k not in f.model.targets]

@@ -281,8 +281,9 @@ class _Runner:
         The host never waits for a step before it has dispatched the next (as nanodo's loop does): step k's
         metrics are fetched after step k + 1 is on its way, so the host's work (the next batch, the logs)
         overlaps the device's. The learning rates of all the steps are evaluated once, up front, in one call
-        of the schedule (`_lr_table`, valid past 2^31 tokens), not one device round trip per step. ``on_step(state, meta)`` runs after a
-        step whose number ``on_step_due(meta)`` accepts (every step without it), with that step's metrics
+        of the schedule (`_lr_table`, valid past 2^31 tokens), not one device round trip per step.
+        ``on_step(state, meta)`` runs after a step whose number ``on_step_due(meta)`` accepts (every step
+        without it), with that step's metrics
         fetched first (so a diverged step is never checkpointed or evaluated) and before the next step is
         dispatched (the step donates its input state). A diverged step is found one step late: the state
         returned with ``diverged`` is one step past it (no caller keeps it), ``meta`` is the diverged step's."""
