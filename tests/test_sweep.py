@@ -135,7 +135,8 @@ def test_small_sweep_with_workers_only_index_and_merge(tmp_path):
     r = run_cli("sweep", path, "--out", out, "--list")
     assert r.code == 0 and r.out.count("done") == 2
 
-    # export: the results without checkpoints
+    # export: the results without checkpoints, with the diagnostics a run with diagnostics_every writes
+    (sweep.runs[0].directory(out) / "diagnostics.jsonl").write_text('{"step": 10}\n')
     r = run_cli("sweep", "--merge", out, "--export", tmp_path / "export")
     assert r.code == 0, r.err
     exported = tmp_path / "export"
@@ -144,6 +145,7 @@ def test_small_sweep_with_workers_only_index_and_merge(tmp_path):
         files = {p.name for p in (exported / "runs" / run.run_id).iterdir()}
         assert {"config.json", "runs.jsonl", "sweep_run.json", "metrics.jsonl"} <= files
         assert not any(n.startswith("checkpoint") or n == "stable" for n in files)
+    assert (exported / "runs" / sweep.runs[0].run_id / "diagnostics.jsonl").read_text() == '{"step": 10}\n'
 
     # a run id claimed by two folders with different records is an error, not a silent choice
     (out / "runs" / "copy").mkdir()

@@ -259,12 +259,13 @@ def _manifest(out: Path, sweep: Sweep | None, status: dict[str, RunStatus], by_i
 
 
 _EXPORTED = ("config.json", _TABLE, _RUN_INFO, _ERROR)
+_LOGS = ("metrics", "diagnostics")  # metrics.jsonl, diagnostics.jsonl and their decay branches' -<branch> files
 
 
 def export(out: str | os.PathLike, dest: str | os.PathLike) -> list[str]:
     """Copy a sweep's results without its checkpoints: ``runs.jsonl``, ``manifest.json``, ``sweep.toml`` and,
-    for every run folder, its config, records, metrics and ``sweep_run.json`` (finished runs only; unfinished
-    ones appear in the merged table with the records they have). Returns the run ids copied.
+    for every run folder, its config, records, metrics, diagnostics and ``sweep_run.json`` (finished runs only;
+    unfinished ones appear in the merged table with the records they have). Returns the run ids copied.
 
     Files are copied atomically, so a copy taken while the sweep runs is a consistent snapshot per file.
     """
@@ -280,7 +281,7 @@ def export(out: str | os.PathLike, dest: str | os.PathLike) -> list[str]:
         if not (d / _RUN_INFO).exists():
             continue
         for f in sorted(d.iterdir()):
-            if f.is_file() and (f.name in _EXPORTED or (f.name.startswith("metrics") and f.suffix == ".jsonl")):
+            if f.is_file() and (f.name in _EXPORTED or (f.name.startswith(_LOGS) and f.suffix == ".jsonl")):
                 target = dest / _RUNS / d.name / f.name
                 if not target.exists() or target.read_bytes() != f.read_bytes():
                     _make_folder(dest / _RUNS, dest)
