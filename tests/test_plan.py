@@ -150,3 +150,16 @@ def test_parse_size_refuses_empty_shapes():
     for spec in ("d0l2", "d64l0", "d0l0"):
         with pytest.raises(TrainError, match="at least 1"):
             parse_size(spec)
+
+
+def test_plan_refuses_runs_the_trainer_cannot_set_up_in_one_line():
+    # benchmarks/fuzz_cli.py: `plan --tokens 9e18` planned runs of 6e8 steps each and was still resolving their
+    # token plans after 120 s; now it answers at once, naming the limit and what to change
+    bad = run_cli("plan", "--size", "cal-xs", "--target-N", "1e7", "--target-D", "2e8", "--tokens", "9e18")
+    assert bad.code == 2 and "MAX_RUN_STEPS" in bad.err and "--tokens" in bad.err
+    assert len(bad.err.strip().splitlines()) == 1
+    bad = run_cli("plan", "--size", "d64l2", "--target-N", "1e7", "--target-D", "2e8", "--decays", "40")
+    assert bad.code == 2 and "--decays" in bad.err
+    # a parameter count no shape is near names the flag, and the range of shapes it could be
+    bad = run_cli("plan", "--size", "1e30", "--target-N", "1e7", "--target-D", "2e8")
+    assert bad.code == 2 and bad.err.startswith("error: --size '1e30'") and "give a shape" in bad.err

@@ -40,8 +40,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from scalinfer.train.config import preset
 
     base = preset(args.preset).model
-    sizes = [parse_size(s, base) for spec in args.size for s in spec.split(",") if s.strip()]
-    sizes += [parse_size(f"{s}-dense", base) if not s.endswith("-dense") else parse_size(s, base)
+    sizes = [parse_size(s, base, what="--size") for spec in args.size for s in spec.split(",") if s.strip()]
+    sizes += [parse_size(s if s.endswith("-dense") else f"{s}-dense", base, what="--dense")
               for spec in (args.dense or []) for s in spec.split(",") if s.strip()]
     spec = PlanSpec(
         sizes=tuple(sizes), target_N=args.target_N, target_D=args.target_D, prior=args.prior,

@@ -37,7 +37,7 @@ from scalinfer.train.config import PRESETS, ModelConfig, TrainConfig
 from scalinfer.train.model import flops_per_token, param_counts
 
 __all__ = ["SizeSpec", "PlanSpec", "CalibrationPlan", "parse_size", "dense_counterpart", "prior_law",
-           "lr_grid", "aligned_decay_points", "make_plan", "check_plan_configs"]
+           "lr_grid", "aligned_decay_points", "make_plan", "check_plan_configs", "MAX_RUN_STEPS", "MAX_PLAN_STEPS"]
 
 
 # ---- model sizes -------------------------------------------------------------------------------------------
@@ -78,7 +78,7 @@ def dense_counterpart(model: ModelConfig) -> ModelConfig:
 _SHAPE = re.compile(r"^d(\d+)l(\d+)(?:h(\d+))?(-dense)?$")
 
 
-def parse_size(spec: str, base: ModelConfig | None = None) -> SizeSpec:
+def parse_size(spec: str, base: ModelConfig | None = None, what: str = "size") -> SizeSpec:
     """A size from a preset name, a shape or a parameter count.
 
     Parameters
@@ -86,8 +86,10 @@ def parse_size(spec: str, base: ModelConfig | None = None) -> SizeSpec:
     spec : a preset (``cal-s``, ``cal-s-dense``); a shape ``d<d_model>l<n_layers>[h<n_heads>][-dense]``
         (``d64l2``), the rest taken from ``base`` with d_ff / d_model and the head width kept; or a number of
         non-embedding parameters N_total (``2e5``): the shape at ``base``'s depth whose N_total is nearest,
-        with d_model a multiple of ``base``'s head width.
+        with d_model a multiple of ``base``'s head width, from 1 to 256 heads (a count more than 2x outside
+        the N_total of those shapes is an error: no shape there is near it).
     base : the model the shapes vary (default: the ``cal-xs`` preset's).
+    what : how errors name the size (the CLI passes its flag, ``--size``).
     """
     base = base or PRESETS["cal-xs"].model
     spec = spec.strip()
@@ -97,29 +99,37 @@ def parse_size(spec: str, base: ModelConfig | None = None) -> SizeSpec:
     if m:
         d, layers = int(m.group(1)), int(m.group(2))
         heads = int(m.group(3)) if m.group(3) else max(1, d // base.d_head)
-        model = _shape(base, d, layers, heads)
+        try:
+            model = _shape(base, d, layers, heads)
+        except TrainError as e:
+            raise TrainError(f"{what} {spec!r}: {e}") from None
         if m.group(4):
             model = dense_counterpart(model)
         return SizeSpec(spec, model)
     try:
         target = float(spec)
     except ValueError:
-        raise TrainError(f"size {spec!r}: expected a preset ({', '.join(PRESETS)}), a shape like d64l2 or "
+        raise TrainError(f"{what} {spec!r}: expected a preset ({', '.join(PRESETS)}), a shape like d64l2 or "
                          f"d64l2h4[-dense], or a parameter count like 2e5") from None
     if not (math.isfinite(target) and target > 0):
-        raise TrainError(f"size {spec!r}: a parameter count must be positive")
+        raise TrainError(f"{what} {spec!r}: a parameter count must be positive and finite")
     step = base.d_head
-    best = min((_shape(base, k * step, base.n_layers, k) for k in range(1, 257)),
-               key=lambda mdl: abs(math.log(param_counts(mdl).non_embedding / target)))
+    shapes = [_shape(base, k * step, base.n_layers, k) for k in range(1, 257)]
+    lo, hi = (param_counts(shapes[i]).non_embedding for i in (0, -1))
+    if not lo / 2 <= target <= 2 * hi:
+        raise TrainError(f"{what} {spec!r}: no shape of {base.n_layers} layers and heads of {step} has about "
+                         f"{target:.3g} non-embedding parameters (d{step}: {lo:.3g} to d{256 * step}: {hi:.3g}); "
+                         f"give a shape like d{step}l{base.n_layers} instead")
+    best = min(shapes, key=lambda mdl: abs(math.log(param_counts(mdl).non_embedding / target)))
     return SizeSpec(f"d{best.d_model}l{best.n_layers}", best)
 
 
 def _shape(base: ModelConfig, d_model: int, n_layers: int, n_heads: int) -> ModelConfig:
     if min(d_model, n_layers, n_heads) < 1:
-        raise TrainError(f"shape d{d_model}l{n_layers}h{n_heads}: d_model, layers and heads must be at least 1")
+        raise TrainError(f"d_model, layers and heads must be at least 1 (got d{d_model}l{n_layers}h{n_heads})")
     if d_model % n_heads or (d_model // n_heads) % 2:
-        raise TrainError(f"shape d{d_model}l{n_layers}h{n_heads}: d_model must split into n_heads heads of "
-                         f"even width")
+        raise TrainError(f"d_model must split into n_heads heads of even width (got d{d_model}l{n_layers}"
+                         f"h{n_heads})")
     d_ff = max(2, round(base.d_ff / base.d_model * d_model))
     return dataclasses.replace(base, d_model=d_model, n_layers=n_layers, n_heads=n_heads, head_dim=None,
                                d_ff=d_ff)
@@ -284,6 +294,11 @@ class SizePlan:
     def runs(self) -> int:
         return len(self.lrs) * len(self.batches)
 
+    @property
+    def steps(self) -> int:
+        """Optimizer steps of the size's runs, decay branches included."""
+        return len(self.lrs) * sum(self.tokens_per_run // b for b in self.batches)
+
 
 @dataclasses.dataclass(frozen=True)
 class CalibrationPlan:
@@ -426,23 +441,37 @@ def _lcm(values: Sequence[int]) -> int:
 #: the most tokens a run of a sweep file can have (a TOML integer is a signed 64-bit one)
 MAX_TOKENS = 2 ** 63 - 1
 
+#: the most optimizer steps (main run plus decay branches) one planned run may take. The trainer counts steps
+#: in an int32 (2^31), but before its first step it resolves every step on the host, in Python:
+#: `scalinfer.train.token_plan.make_plan` lists the tokens after each step (0.23 us and 40 bytes a step) and
+#: the loop's LR table evaluates the schedule at each (10 us and 70 bytes a step; both measured at 10^6 steps
+#: on the 2-core development machine). At 10^7 steps that is about 1 GB and 100 s before training starts, and
+#: past it the set-up grows beyond a workstation's; the calibration presets run 250-750 steps.
+MAX_RUN_STEPS = 10 ** 7
+
+#: the most optimizer steps of all the plan's runs together: `check_plan_configs` resolves every run as the
+#: trainer would (the token plan above, 0.23 us a step), so 10^8 steps keep `plan` under half a minute.
+MAX_PLAN_STEPS = 10 ** 8
+
 
 def _size_plan(spec: PlanSpec, size: SizeSpec, total_target: float, law) -> SizePlan:
     seq_len = size.model.seq_len
-    N = size.N_total if spec.n_kind == "total" else size.N_active
+    # a float: the prior laws are jitted, and a Python int above 2^31 (a large shape) overflows JAX's int32
+    N = float(size.N_total if spec.n_kind == "total" else size.N_active)
     # the batch grid needs B*, which depends on D: centre on the prior at the geometric middle D
     mid_D = total_target * 2 ** (-spec.decay_count / 2)
     _, b_star = law(N, mid_D)
     batches = _batches_for(spec, seq_len, b_star)
     unit = _lcm(batches)
+    # compared before any division: an int and a float compare exactly, however large the batches' multiple
+    if total_target < unit * 2 ** (spec.decay_count + 2):
+        raise TrainError(f"size {size.label}: {total_target:.3g} tokens per run is too few for "
+                         f"{spec.decay_count} decay branches at batches up to {max(batches)} tokens "
+                         f"(need >= {unit * 2 ** (spec.decay_count + 2):.3g})")
     if total_target > MAX_TOKENS:
         raise TrainError(f"size {size.label}: {total_target:.3g} tokens per run is more than a sweep file holds "
                          f"(TOML integers are 64-bit: at most {MAX_TOKENS:.3g})")
-    total = int(total_target // unit * unit)
-    if total < unit * 2 ** (spec.decay_count + 2):
-        raise TrainError(f"size {size.label}: {total_target:.3g} tokens per run is too few for "
-                         f"{spec.decay_count} decay branches at batches up to {max(batches)} tokens "
-                         f"(need >= {unit * 2 ** (spec.decay_count + 2)})")
+    total = int(total_target) // unit * unit
     forks, ends = aligned_decay_points(total, spec.decay_count, spec.decay_fraction, unit, spec.warmup_fraction)
     D_points = (*ends, total)
     mid = math.exp(np.mean(np.log(D_points)))
@@ -460,7 +489,8 @@ def make_plan(spec: PlanSpec) -> CalibrationPlan:
 
     Raises
     ------
-    TrainError : no sizes, a bad grid, a budget the plan cannot fit.
+    TrainError : no sizes, a bad grid, a budget the plan cannot fit, a run of more steps than `MAX_RUN_STEPS` or
+        a plan of more than `MAX_PLAN_STEPS`.
     """
     if not spec.sizes:
         raise TrainError("a plan needs at least one model size")
@@ -473,6 +503,24 @@ def make_plan(spec: PlanSpec) -> CalibrationPlan:
         raise TrainError(f"lr_count={spec.lr_count}: at least 3 learning rates per size place a valley's vertex")
     if spec.decay_count < 0 or spec.batch_count < 1:
         raise TrainError("decay_count must be >= 0 and batch_count >= 1")
+    # lower bounds of the steps, checked before any grid is built: branch k ends near D_max 2^-k on a whole
+    # number of the largest batch, so a run takes at least 2^(C_D + 2) steps of its largest batch, and batches
+    # spaced by 2 add a factor 2 per batch at the smallest
+    if 2 ** min(spec.decay_count + 2, 64) > MAX_RUN_STEPS:
+        raise TrainError(f"decay_count={spec.decay_count} (--decays): {spec.decay_count} decay branches need runs "
+                         f"of at least 2^{spec.decay_count + 2} steps, more than the {MAX_RUN_STEPS:.0e} a planned "
+                         f"run may take (MAX_RUN_STEPS)")
+    if not spec.batches and 2 ** min(spec.batch_count + spec.decay_count + 1, 64) > MAX_RUN_STEPS:
+        raise TrainError(f"batch_count={spec.batch_count} (--batch-count): {spec.batch_count} batches spaced by 2 "
+                         f"with {spec.decay_count} decay branches need runs of at least "
+                         f"2^{spec.batch_count + spec.decay_count + 1} steps at the smallest batch, more than the "
+                         f"{MAX_RUN_STEPS:.0e} a planned run may take (MAX_RUN_STEPS)")
+    n_runs = len(spec.sizes) * spec.lr_count * (len(set(spec.batches)) or spec.batch_count)
+    if n_runs * 2 ** (spec.decay_count + 2) > MAX_PLAN_STEPS:
+        raise TrainError(f"{len(spec.sizes)} sizes x {spec.lr_count} LRs (--lrs) x "
+                         f"{len(set(spec.batches)) or spec.batch_count} batches = {n_runs} runs of at least "
+                         f"2^{spec.decay_count + 2} steps each: more than the {MAX_PLAN_STEPS:.0e} steps a plan "
+                         f"may take in all (MAX_PLAN_STEPS)")
     if spec.n_kind not in ("total", "active"):
         raise TrainError(f"n_kind must be 'total' or 'active', not {spec.n_kind!r}")
     if spec.preset not in PRESETS:
@@ -501,6 +549,18 @@ def make_plan(spec: PlanSpec) -> CalibrationPlan:
             scale *= 0.97
         else:  # pragma: no cover - the loop converges well before
             raise TrainError(f"cannot fit the plan in {budget:.3g} FLOPs")
+    for s in plan.sizes:
+        b = min(s.batches)
+        if s.tokens_per_run // b > MAX_RUN_STEPS:
+            raise TrainError(f"size {s.size.label}: a run of {s.tokens_per_run:.3g} tokens (decay branches "
+                             f"included) at a batch of {b} tokens takes {s.tokens_per_run // b:.3g} steps, more "
+                             f"than the {MAX_RUN_STEPS:.0e} a planned run may take (MAX_RUN_STEPS): give fewer "
+                             f"tokens (--tokens, --tokens-per-param, --budget) or larger batches (--batches)")
+    steps = sum(s.steps for s in plan.sizes)
+    if steps > MAX_PLAN_STEPS:
+        raise TrainError(f"the plan's {plan.n_runs} runs take {steps:.3g} steps in all, more than the "
+                         f"{MAX_PLAN_STEPS:.0e} a plan may take (MAX_PLAN_STEPS): give fewer sizes, LRs (--lrs), "
+                         f"batches or tokens")
     return plan
 
 
