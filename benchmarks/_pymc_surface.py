@@ -5,7 +5,8 @@ It takes the arrays and constants of ``scalinfer.models.surface.MODEL.with_optio
 .prepare(runs)``, so both models see the same centred data, and repeats that NumPyro model (without size
 scatter) term by term:
 
-- the same priors, under the same names; the unconstrained coordinates are the same too (HalfNormal and
+- the same priors (the `scalinfer.models.surface.Priors` it is given: the fitted model's), under the same names;
+  the unconstrained coordinates are the same too (HalfNormal and
   Gamma: log; Beta: log-odds in PyMC, sigmoid in NumPyro), so the two log densities, Jacobians included, are
   equal up to floating point at any point (`check_equivalence` asserts it);
 - non-centered offsets ``eps_lr``, ``eps_b`` and centered loss levels ``ell`` per setting;
@@ -23,17 +24,15 @@ from typing import Any
 
 import numpy as np
 
-P_MIN, P_SPAN = 0.5, 3.5  # as scalinfer.models.surface.PRIORS.p_min, p_span
-
-
 def _valley(pt, offset, log_c, delta, p):
     """scalinfer.laws.lr.valley in PyTensor."""
     log_curv = pt.switch(pt.lt(offset, 0.0), log_c - delta, log_c + delta)
     return pt.exp(log_curv) * (2.0 / p) * pt.expm1(0.5 * p * pt.log1p(offset * offset))
 
 
-def build_model(data: dict[str, np.ndarray], constants: dict[str, float]):
-    """The PyMC model of ``surface`` on `data`, `constants` from ``MODEL.prepare(runs)``."""
+def build_model(data: dict[str, np.ndarray], constants: dict[str, float], pr):
+    """The PyMC model of ``surface`` on `data`, `constants` from ``MODEL.prepare(runs)``, with priors `pr` (a
+    `scalinfer.models.surface.priors.Priors`: ``PRIOR_SETS[MODEL.prior]``)."""
     import pymc as pm
     import pytensor.tensor as pt
     from pymc.distributions.dist_math import normal_lcdf
@@ -42,30 +41,30 @@ def build_model(data: dict[str, np.ndarray], constants: dict[str, float]):
     n_s, d_s = np.asarray(data["n_s"], float), np.asarray(data["d_s"], float)
     S = n_s.shape[0]
     with pm.Model(coords={"setting": np.arange(S)}) as model:
-        a0 = pm.Normal("a0", 0.0, 1.5)
-        b0 = pm.Normal("b0", 0.0, 1.5)
-        a_N = pm.Normal("a_N", 0.0, h_N)
-        a_D = pm.Normal("a_D", 0.0, h_D)
-        b_N = pm.Normal("b_N", 0.0, h_N)
-        b_D = pm.Normal("b_D", 0.0, h_D)
-        kappa1 = pm.Normal("kappa1", 0.5, 0.5)
-        kappa2 = pm.Normal("kappa2", 0.0, 0.5)
-        g0 = pm.Normal("g0", 0.0, 0.2)
-        g_N = pm.Normal("g_N", 0.0, 0.3 * h_N)
-        g_D = pm.Normal("g_D", 0.0, 0.3 * h_D)
+        a0 = pm.Normal("a0", 0.0, pr.optimum_sd)
+        b0 = pm.Normal("b0", 0.0, pr.optimum_sd)
+        a_N = pm.Normal("a_N", pr.lr_exp_N[0] * h_N, pr.lr_exp_N[1] * h_N)
+        a_D = pm.Normal("a_D", pr.lr_exp_D[0] * h_D, pr.lr_exp_D[1] * h_D)
+        b_N = pm.Normal("b_N", pr.batch_exp_N[0] * h_N, pr.batch_exp_N[1] * h_N)
+        b_D = pm.Normal("b_D", pr.batch_exp_D[0] * h_D, pr.batch_exp_D[1] * h_D)
+        kappa1 = pm.Normal("kappa1", *pr.kappa1)
+        kappa2 = pm.Normal("kappa2", 0.0, pr.kappa2_sd)
+        g0 = pm.Normal("g0", 0.0, pr.loss_sd)
+        g_N = pm.Normal("g_N", 0.0, pr.loss_exponent_sd * h_N)
+        g_D = pm.Normal("g_D", 0.0, pr.loss_exponent_sd * h_D)
         c: dict[str, Any] = {}
         for v in ("lr", "b"):
-            c[f"c_{v}0"] = pm.Normal(f"c_{v}0", -4.0, 1.5)
-            c[f"c_{v}_N"] = pm.Normal(f"c_{v}_N", 0.0, h_N)
-            c[f"c_{v}_D"] = pm.Normal(f"c_{v}_D", 0.0, h_D)
-            c[f"delta_{v}"] = pm.Normal(f"delta_{v}", 0.0, 1.0)
-            c[f"p_{v}_unit"] = pm.Beta(f"p_{v}_unit", 3.0, 3.0)
-        tau_lr = pm.HalfNormal("tau_lr", 0.3)
-        tau_b = pm.HalfNormal("tau_b", 0.3)
-        tau_loss = pm.HalfNormal("tau_loss", 0.02)
-        sigma0 = pm.HalfNormal("sigma0", 0.02)
-        sigma1 = pm.HalfNormal("sigma1", 0.5)
-        nu = pm.Gamma("nu", alpha=2.0, beta=0.1)
+            c[f"c_{v}0"] = pm.Normal(f"c_{v}0", *getattr(pr, f"c_{v}0"))
+            c[f"c_{v}_N"] = pm.Normal(f"c_{v}_N", 0.0, pr.curvature_exponent_sd * h_N)
+            c[f"c_{v}_D"] = pm.Normal(f"c_{v}_D", 0.0, pr.curvature_exponent_sd * h_D)
+            c[f"delta_{v}"] = pm.Normal(f"delta_{v}", *getattr(pr, f"delta_{v}"))
+            c[f"p_{v}_unit"] = pm.Beta(f"p_{v}_unit", *getattr(pr, f"p_{v}_beta"))
+        tau_lr = pm.HalfNormal("tau_lr", pr.tau_optimum_sd)
+        tau_b = pm.HalfNormal("tau_b", pr.tau_optimum_sd)
+        tau_loss = pm.HalfNormal("tau_loss", pr.tau_loss_sd)
+        sigma0 = pm.HalfNormal("sigma0", pr.sigma0_sd)
+        sigma1 = pm.HalfNormal("sigma1", pr.sigma1_sd)
+        nu = pm.Gamma("nu", alpha=pr.nu[0], beta=pr.nu[1])
 
         # the population laws at each setting (scalinfer.models.surface.laws)
         law_x = a0 + a_N * n_s + a_D * d_s
@@ -79,8 +78,8 @@ def build_model(data: dict[str, np.ndarray], constants: dict[str, float]):
         ell = pm.Normal("ell", law_ell, tau_loss, dims="setting")
         x_star = law_x + tau_lr * eps_lr
         z_star = law_z + tau_b * eps_b
-        p_lr = P_MIN + P_SPAN * c["p_lr_unit"]
-        p_b = P_MIN + P_SPAN * c["p_b_unit"]
+        p_lr = pr.p(c["p_lr_unit"])
+        p_b = pr.p(c["p_b_unit"])
 
         def surface(s, x, z):
             """(mean log loss - m_y, excess) at runs (x, z) of settings s (scalinfer's surface_terms)."""

@@ -184,6 +184,7 @@ from support.compile_log import CompileLog
 
 scalinfer.runtime.configure(chains)  # as the CLI: a device per chain, float64, the persistent cache
 from scalinfer.models.surface import MODEL as SURFACE, SCALARS, SETTING
+from scalinfer.models.surface.population import PRIOR_SETS
 
 # the model that the PyMC twin (_pymc_surface.py) writes out: surface without size scatter, issue #8's model (the
 # default turns size scatter on for tables of two or more model sizes; see scalinfer.models.surface)
@@ -234,7 +235,7 @@ if mode in ("map", "nuts"):
         import _pymc_surface as P
         data, const = MODEL.prepare(runs)
         t0 = time.perf_counter()
-        out["equivalence"] = P.check_equivalence(P.build_model(data, const), MODEL.model,
+        out["equivalence"] = P.check_equivalence(P.build_model(data, const, PRIOR_SETS[MODEL.prior]), MODEL.model,
                                                  MODEL.model_kwargs(data, const), params)
         out["equivalence"]["check_s"] = time.perf_counter() - t0
 
@@ -244,7 +245,7 @@ elif mode == "nutpie":
     import _pymc_surface as P
     t0 = time.perf_counter()
     data, const = MODEL.prepare(runs)
-    model = P.build_model(data, const)
+    model = P.build_model(data, const, PRIOR_SETS[MODEL.prior])
     if opt.get("init"):  # start every chain at this point (scalinfer's MAP), not jittered
         with open(opt["init"]) as fh:
             start = {k: np.asarray(v, float) for k, v in json.load(fh).items()}
