@@ -558,7 +558,7 @@ class Fit:
         return Prediction(draws=draws, units=units, targets=targets, ci=ci,
                           extrapolation=self.model.extrapolation(self.constants, **targets),
                           warnings=tuple(self.warnings() + checks.answer_warnings(self.constants, draws, targets, ci)
-                                         + self.model.predict_warnings(self.constants, **targets)
+                                         + self.model.predict_warnings(self.constants, answer=draws, **targets)
                                          + _sensitivity.sensitivity_warnings(ps if isinstance(ps, dict) else None)),
                           model=self.model.name, prior_sensitivity=ps)
 

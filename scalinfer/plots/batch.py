@@ -12,6 +12,11 @@ kind                   figure
 ``batch-schedule``     the batch-size schedule over tokens with B_opt and B_min along the run, the expected loss,
                        and the WSD learning rate (options ``N``, ``D``, ``max_batch`` or a ``schedule``)
 =====================  ===================================================================================
+
+The batch sizes' medians and bands are `predict`'s: its quantiles (`scalinfer.predict.interval`) of the model's
+draws, where a draw in which no batch reaches the target (``batch-floor`` where L* is at or below the floor
+L_inf) is +inf and sorts to the top. So a line stops where `predict`'s median is infinite, and a band is open
+above (filled to the top of the axes) where `predict`'s upper bound is.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import numpy as np
 from scalinfer.errors import ModelError
 from scalinfer.plots.style import (COLORS, EXTRAPOLATION_COLOR, band, label_axes, new_figure,
                                    shade_extrapolation)
+from scalinfer.predict import interval
 
 __all__ = ["KINDS", "plot_steps", "plot_sizes", "plot_vs_N", "plot_curves", "plot_schedule"]
 
@@ -158,6 +164,49 @@ def _patch(label: str, color: str = "0.3", alpha: float = 0.18, edgecolor: str |
                  label=label)
 
 
+def _band(ax, x, draws, color, ci: float, label=None) -> tuple:
+    """Median line and `ci` band of `draws` (n_draws, len(x)) with `predict`'s quantiles (see the module
+    docstring): the line stops where the median is infinite, the band where its lower end is; where only its
+    upper end is, the band is open above (`_open_above` fills it to the top of the axes once they are final).
+    Returns (median, lo, hi) and the open part, for `_open_above`."""
+    with np.errstate(invalid="ignore"):  # inf - inf between two out-of-reach draws: nan, an infinite bound too
+        med, lo, hi = interval(np.asarray(draws, float), ci)
+    fin = np.isfinite
+    ax.plot(x, np.where(fin(med), med, np.nan), color=color, lw=1.8, label=label)
+    closed = fin(lo) & fin(hi)
+    ax.fill_between(x, np.where(closed, lo, np.nan), np.where(closed, hi, np.nan), where=closed, color=color,
+                    alpha=0.18, lw=0)
+    return (med, lo, hi), (x, np.where(fin(lo), lo, np.nan), fin(lo) & ~fin(hi), color)
+
+
+def _open_above(ax, parts) -> None:
+    """Fill the open parts `_band` returned from their lower end to the top of the axes (from the point before
+    each, so the band runs on), keeping the limits the finite values set."""
+    bottom, top = ax.get_ylim()
+    for x, lo, is_open, color in parts:
+        where = is_open | np.append(is_open[1:], False)
+        if is_open.any():
+            ax.fill_between(x, np.where(where, lo, np.nan), top, where=where, color=color, alpha=0.18, lw=0)
+    ax.set_ylim(bottom, top)
+
+
+def _reach_note(N, pred, bands, ci: float) -> str | None:
+    """Where along `N` some draws of `pred` (quantity -> (n_draws, len(N))) are infinite (the target out of
+    reach), and where that makes `predict`'s upper bound and median (`bands`: quantity -> (median, lo, hi) from
+    `_band`) infinite; None if nowhere."""
+    out = np.mean(np.any([~np.isfinite(np.asarray(pred[q], float)) for q in bands], axis=0), axis=0)
+    if not out.any():
+        return None
+    first = lambda mask: N[np.flatnonzero(mask)[0]]  # noqa: E731
+    parts = [f"no batch reaches L*(N) in some draws from N = {first(out > 0):.3g} "
+             f"({100 * out.max():.2g}% of draws at most)"]
+    for k, what in ((2, f"{int(ci * 100)}% band open above"), (0, "median infinite")):
+        gone = np.any([~np.isfinite(b[k]) for b in bands.values()], axis=0)
+        if gone.any():
+            parts.append(f"{what} from N = {first(gone):.3g}")
+    return ";\n".join(parts)
+
+
 def plot_sizes(fit, ci: float = 0.9, n_points: int = 40):
     """B_min, B_opt, B_crit (as defined by the model) vs the target loss, one line per fitted model size."""
     _need_table(fit)
@@ -167,17 +216,18 @@ def plot_sizes(fit, ci: float = 0.9, n_points: int = 40):
     qs = [q for q in ("batch_min", "batch_opt", "batch_crit") if q in fit.model.predicts]
     fig, axes = new_figure(ncols=len(qs), width=4.2, height=3.6)
     axes = np.ravel(axes)
+    opens = {q: [] for q in qs}
     for i, N in enumerate(sizes):
         Ls = cells.loc[cells["N"] == N, "target_loss"].to_numpy(float)
         lo, hi = Ls.min(), Ls.max()
         grid = np.linspace(lo * 0.97, hi * 1.03, n_points)
         pred = fit.model.predict(draws, constants, N=np.full_like(grid, N), target_loss=grid)
         for ax, q in zip(axes, qs):
-            d = np.where(np.isfinite(pred[q]), pred[q], np.nan)
-            band(ax, grid, d, color=COLORS[i % len(COLORS)], label=f"N={N:.3g}" if ax is axes[0] else None,
-                 cis=(ci,))
+            opens[q].append(_band(ax, grid, pred[q], COLORS[i % len(COLORS)], ci,
+                                  label=f"N={N:.3g}" if ax is axes[0] else None)[1])
     for ax, q in zip(axes, qs):
         label_axes(ax, "target loss L* (nats/token)", f"{q} (tokens/step)", _BATCH_NAMES[q], logx=False)
+        _open_above(ax, opens[q])
     axes[0].legend(frameon=False, fontsize=7)
     return fig
 
@@ -228,7 +278,7 @@ def plot_vs_N(fit, N_max: float | None = None, target_loss=None, ci: float = 0.9
         raise ModelError(f"N_max must exceed the smallest fitted size {c['min_N']:.3g}, got {N_max!r}")
     grid = np.geomspace(c["min_N"] / 1.5, N_max, n_points)
     L_grid = loss_of(grid)
-    pred = fit.model.predict(draws, c, N=grid, target_loss=L_grid)
+    pred = fit.model.predict(draws, c, N=grid, target_loss=L_grid)  # as `predict` at these targets
     units = np.array([(c[f"unit_N_{k}"], c[f"unit_L_{k}"]) for k in range(int(c["n_units"]))])
     at_units = fit.model.predict(draws, c, N=units[:, 0], target_loss=units[:, 1])
     fig, axes = new_figure(ncols=2, width=5.0, height=4.0)
@@ -242,23 +292,27 @@ def plot_vs_N(fit, N_max: float | None = None, target_loss=None, ci: float = 0.9
     shade_extrapolation(ax, c["max_N"], label=None)
     ax.legend(frameon=False, fontsize=7, loc="upper right")
     ax = axes[1]
-    lo_q, hi_q = (1 - ci) / 2, (1 + ci) / 2
+    opens, bands = [], {}
     for j, q in enumerate(qs):
         color = COLORS[j % len(COLORS)]
-        d = np.where(np.isfinite(pred[q]), pred[q], np.nan)
-        band(ax, grid, d, color=color, label=_BATCH_NAMES[q], cis=(ci,))
-        u = np.asarray(at_units[q], float)
-        med, lo, hi = np.median(u, axis=0), np.quantile(u, lo_q, axis=0), np.quantile(u, hi_q, axis=0)
-        ax.errorbar(units[:, 0], med, yerr=[med - lo, hi - med], fmt="o", color=color, ms=4, capsize=2,
-                    lw=1, zorder=3)
+        bands[q], part = _band(ax, grid, pred[q], color, ci, label=_BATCH_NAMES[q])
+        opens.append(part)
+        with np.errstate(invalid="ignore"):
+            med, lo, hi = interval(np.asarray(at_units[q], float), ci)
+        ok = np.isfinite(med)
+        ax.errorbar(units[ok, 0], med[ok], yerr=[med[ok] - lo[ok], np.where(np.isfinite(hi), hi, med)[ok] - med[ok]],
+                    fmt="o", color=color, ms=4, capsize=2, lw=1, zorder=3)
+        if (ok & ~np.isfinite(hi)).any():  # an interval open above: an arrow up from the median
+            ax.scatter(units[ok & ~np.isfinite(hi), 0], med[ok & ~np.isfinite(hi)] * 1.6, marker="^", color=color,
+                       s=16, zorder=3)
     label_axes(ax, "model size N (parameters)", "batch (tokens/step)", f"batch sizes at L*(N), {fit.model.name}")
     for b in (c["min_batch"], c["max_batch"]):
         ax.axhline(b, color="0.45", ls=(0, (1, 2)), lw=1.0, zorder=1)
-    missing = ~np.all(np.stack([np.isfinite(np.asarray(pred[q], float)).all(axis=0) for q in qs]), axis=0)
-    if missing.any():  # e.g. batch-floor where L*(N) reaches the fitted floor: no batch reaches the target
-        ax.text(0.98, 0.02, f"no finite posterior beyond N = {grid[~missing].max():.3g}" if (~missing).any()
-                else "no finite posterior along L*(N)", transform=ax.transAxes, ha="right", va="bottom", fontsize=7)
     ax.set_xlim(grid[0], grid[-1])
+    _open_above(ax, opens)
+    note = _reach_note(grid, pred, bands, ci)
+    if note:  # e.g. batch-floor where L*(N) reaches the fitted floor in some draws
+        ax.text(0.98, 0.02, note, transform=ax.transAxes, ha="right", va="bottom", fontsize=7)
     shade_extrapolation(ax, c["max_N"], label=None)
     handles, _ = ax.get_legend_handles_labels()
     handles += [Line2D([], [], color="0.3", marker="o", ls="", ms=4,
@@ -327,10 +381,8 @@ def plot_schedule(fit, N: float | None = None, D: float | None = None, max_batch
     axes = np.ravel(axes)
     ax = axes[0]
     pct = f"{int(ci * 100)}%"
-    band(ax, T, np.where(np.isfinite(pred["batch_opt"]), pred["batch_opt"], np.nan), color=COLORS[0],
-         label=f"B_opt at the expected loss (median, {pct})", cis=(ci,))
-    band(ax, T, np.where(np.isfinite(pred["batch_min"]), pred["batch_min"], np.nan), color=COLORS[2],
-         label=f"B_min (median, {pct})", cis=(ci,))
+    opens = [_band(ax, T, pred["batch_opt"], COLORS[0], ci, label=f"B_opt at the expected loss (median, {pct})")[1],
+             _band(ax, T, pred["batch_min"], COLORS[2], ci, label=f"B_min (median, {pct})")[1]]
     xs, ys = [], []
     for s in schedule.segments:
         xs += [max(s.from_tokens, T[0]), s.to_tokens]
@@ -339,6 +391,7 @@ def plot_schedule(fit, N: float | None = None, D: float | None = None, max_batch
     if schedule.max_batch is not None:
         ax.axhline(schedule.max_batch, color="0.4", ls=":", lw=1, label="max batch")
     label_axes(ax, "tokens seen (tokens)", "batch (tokens/step)", f"batch schedule, N={N:.3g}")
+    _open_above(ax, opens)
     ax.legend(frameon=False, fontsize=7)
     ax = axes[1]
     band(ax, T, loss_d, color=COLORS[1], label=f"expected loss, token-efficient path (median, {pct})", cis=(ci,))

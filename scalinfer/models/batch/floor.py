@@ -353,7 +353,13 @@ class BatchFloor(BatchTableModel, LossCurve):
     @float64  # the laws in float64, as the fit
     def predict(self, draws, constants, N=None, target_loss=None, batch=None):
         """B_min, B_opt, B_crit at (N, L*) (tokens per step); with ``batch``, steps and tokens to the target
-        (``inf`` at or below B_min). Shapes (n_draws, *T) and (n_draws, *T, n_batch) as in ``batch-openai``."""
+        (``inf`` at or below B_min). Shapes (n_draws, *T) and (n_draws, *T, n_batch) as in ``batch-openai``.
+
+        Where the posterior is finite: a draw whose floor L_inf(N) is at or above L* reaches the target with no
+        batch, so every quantity is ``inf`` in that draw (`out_of_reach`). Medians and intervals count those
+        draws as +inf (`scalinfer.predict.interval`), so they stay finite while such draws are fewer than the
+        quantile's tail; `predict_warnings` names them, and the ``batch-vs-N`` figure draws the same intervals.
+        """
         if N is None or target_loss is None:
             raise ModelError(f"model {self.name!r} predicts at a model size N and a target loss "
                              "(give N= and target_loss=)")
@@ -377,6 +383,30 @@ class BatchFloor(BatchTableModel, LossCurve):
             out["steps_to_target"] = S
             out["tokens_to_target"] = S * B
         return out
+
+    @staticmethod
+    def out_of_reach(answer) -> np.ndarray:
+        """The draws of an answer (`predict`'s output) in which the target loss lies at or below the floor
+        L_inf(N): no batch reaches it, B_min = c / (L* - L_inf) is infinite. Boolean, (n_draws, *T)."""
+        return ~np.isfinite(np.asarray(answer["batch_min"], float))
+
+    def predict_warnings(self, constants, answer=None, N=None, target_loss=None, **targets):
+        """The targets at which some draws cannot reach the target loss (`out_of_reach`): how many, and what
+        they do to the answer. A grid gets one warning, at its first such point, with the count of the others."""
+        if answer is None or "batch_min" not in answer:
+            return []
+        out = self.out_of_reach(answer)
+        share = out.reshape(out.shape[0], -1).mean(axis=0)
+        hit = np.flatnonzero(share > 0)
+        if not hit.size:
+            return []
+        i, n = int(hit[0]), out.shape[0]
+        N_i, L_i = (np.broadcast_to(np.asarray(v, float), out.shape[1:]).ravel()[i] for v in (N, target_loss))
+        more = f" (and {hit.size - 1} other target{'s' if hit.size > 2 else ''} of the grid)" if hit.size > 1 else ""
+        return [f"target loss {L_i:.4g} at N = {N_i:.3g}{more} is at or below the fitted floor L_inf in "
+                f"{int(round(share[i] * n))} of {n} draws ({100 * share[i]:.2g}%): no batch reaches it there, so "
+                "those draws of every batch size, steps and tokens are infinite; medians and intervals count them "
+                "as +inf (an infinite bound: null in JSON, nan in text)"]
 
     @float64
     def loss_at_tokens(self, draws, constants, N, tokens):
