@@ -133,6 +133,12 @@ def test_cli_predict_schedule_and_plots_from_a_saved_floor_fit(floor_run, tmp_pa
         assert out[q]["lo"] <= out[q]["median"] <= out[q]["hi"]
     assert len(out["steps_to_target"]["median"]) == 2 and len(out["tokens_to_target"]["hi"]) == 2
     assert out["batch_min"]["median"] < out["batch_opt"]["median"]
+    # a target below every draw's floor (the truth's: 2.5 at 3e8): no batch reaches it, and predict says so
+    assert cli(["predict", str(path), "--N", "3e8", "--target-loss", "2.0", "--json", "--no-sensitivity"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    n = fit.n_draws
+    assert out["batch_min"]["median"] is None and out["batch_opt"]["lo"] is None
+    assert [w for w in out["warnings"] if f"at or below the fitted floor L_inf in {n} of {n} draws" in w]
     sched_file, png = tmp_path / "s.json", tmp_path / "s.png"
     assert cli(["schedule", str(path), "--N", "3e8", "--D", "1.2e10", "--max-batch", "2e5", "--lr", "3e-3",
                 "--json", "-o", str(sched_file), "--plot", str(png)]) == 0
@@ -186,6 +192,24 @@ def test_mix_draws_takes_each_source_in_proportion():
         mix_draws({"a": a}, {"a": 0.0}, n=10)
 
 
+def test_far_behind_names_only_a_fit_whose_elpd_gap_is_both_large_and_sure():
+    """The far-behind rule of `stacked_prediction`'s warnings on a hand-made `compare_fits` table: behind by more
+    than FAR_BEHIND (4) and by more than two standard errors of the difference; either alone is not enough."""
+    import pandas as pd
+
+    from scalinfer.inference.compare import FAR_BEHIND, far_behind
+
+    table = pd.DataFrame({"fit": ["best.nc", "close.nc", "noisy.nc", "edge.nc", "floor.nc"],
+                          "model": ["batch-openai", "batch-wsd", "batch-wsd", "batch-wsd", "batch-floor"],
+                          "elpd_diff": [0.0, -3.5, -10.0, -FAR_BEHIND, -102.0],
+                          "dse": [0.0, 0.5, 6.0, 0.1, 12.0],
+                          "weight": [0.8, 0.2, 0.0, 0.0, 0.0]}).set_index("fit")
+    said = far_behind(table)
+    assert list(said) == ["floor.nc"]  # close: sure but small; noisy: large but within 2 se; edge: not beyond 4
+    assert said["floor.nc"] == ("floor.nc (batch-floor): its out-of-sample score is far behind the best fit's "
+                                "(elpd_loo -102.0 +- 12.0); stacking weight 0.00")
+
+
 @pytest.mark.slow
 def test_cli_predict_stacks_fits_of_one_table(table_fits, capsys):
     """``predict --fits``: the stacked posterior of the two fits of one table, with the weights; each quantity's
@@ -196,6 +220,8 @@ def test_cli_predict_stacks_fits_of_one_table(table_fits, capsys):
     out = json.loads(capsys.readouterr().out)
     w = {k: v["weight"] for k, v in out["stacking"].items()}
     assert set(w) == set(paths) and sum(w.values()) == pytest.approx(1.0)
+    # two chains of one model on one table: neither is far behind (their elpd agree within 2: compare's test)
+    assert not [m for m in out["warnings"] if "far behind" in m]
     single = []
     for p in paths:
         assert cli(["predict", p, *target, "--no-sensitivity"]) == 0

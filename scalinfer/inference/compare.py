@@ -23,7 +23,7 @@ import pandas as pd
 from scalinfer.errors import ModelError
 from scalinfer.inference.fit import load_fit
 
-__all__ = ["same_data", "compare_fits", "loo_table", "mix_draws", "stacked_prediction", "FAR_BEHIND"]
+__all__ = ["same_data", "compare_fits", "loo_table", "far_behind", "mix_draws", "stacked_prediction", "FAR_BEHIND"]
 
 #: a fit is "far behind" the best when its elpd_loo difference is below -FAR_BEHIND and more than two of its
 #: standard errors from 0 (a gap of 4 in elpd is Sivula et al.'s rough line between a difference that the LOO
@@ -140,6 +140,18 @@ def loo_table(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def far_behind(table: pd.DataFrame) -> dict[str, str]:
+    """The fits of a `compare_fits` table whose out-of-sample score is far behind the best: an ``elpd_diff``
+    below -`FAR_BEHIND` and more than two of its standard errors (``dse``) from 0. Fit name -> the warning
+    `stacked_prediction` gives it (the fit, its model, the gap with its error and its stacking weight)."""
+    out = {}
+    for name, r in table.iterrows():
+        if r["elpd_diff"] < -FAR_BEHIND and r["elpd_diff"] + 2 * r["dse"] < 0:
+            out[str(name)] = (f"{name} ({r['model']}): its out-of-sample score is far behind the best fit's "
+                              f"(elpd_loo {r['elpd_diff']:+.1f} +- {r['dse']:.1f}); stacking weight {r['weight']:.2f}")
+    return out
+
+
 def mix_draws(draws: Mapping[str, Mapping[str, np.ndarray]], weights: Mapping[str, float], n: int, seed: int = 0
               ) -> dict[str, np.ndarray]:
     """Draws of a mixture of posteriors: `n` draws in all, the count from each source multinomial with its
@@ -171,7 +183,7 @@ def stacked_prediction(fits: Mapping[str, Any], ci: float = 0.9, seed: int = 0, 
     (`scalinfer.quantities`: ``batch_crit`` is E_min / S_min in every batch model, but OpenAI's 2x-overhead
     point only under batch-openai's hyperbola, so it is stacked only among fits of one model); the others are
     named in a warning. Warnings: each fit's own (prefixed with its name) where its weight is 0.01 or more, and
-    one per fit whose out-of-sample score is far behind the best (`FAR_BEHIND`).
+    one per fit whose out-of-sample score is far behind the best (`far_behind`).
 
     Returns (`scalinfer.predict.Prediction`, the comparison table of `compare_fits`). The prediction's draws
     number as many as the fit with the fewest; its ``model`` is the heaviest fit's."""
@@ -190,12 +202,10 @@ def stacked_prediction(fits: Mapping[str, Any], ci: float = 0.9, seed: int = 0, 
     weights = {name: float(table.loc[name, "weight"]) for name in table.index}
     n = min(len(next(iter(p.draws.values()))) for p in preds.values())
     mixed = mix_draws({name: {q: p.draws[q] for q in common} for name, p in preds.items()}, weights, n, seed)
-    warnings = []
+    warnings, behind = [], far_behind(table)
     for name in table.index:
-        r = table.loc[name]
-        if r["elpd_diff"] < -FAR_BEHIND and r["elpd_diff"] + 2 * r["dse"] < 0:
-            warnings.append(f"{name} ({models[name]}): its out-of-sample score is far behind the best fit's "
-                            f"(elpd_loo {r['elpd_diff']:+.1f} +- {r['dse']:.1f}); stacking weight {r['weight']:.2f}")
+        if name in behind:
+            warnings.append(behind[name])
         if weights[name] >= 0.01:
             warnings.extend(f"{name}: {w}" for w in preds[name].warnings)
     if dropped:
