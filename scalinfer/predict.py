@@ -50,7 +50,7 @@ class Prediction:
         extrapolation, an optimum outside the range tried, absurd values) and the model's.
     model : the name of the model that answered; it says what each quantity is (`scalinfer.quantities`: an old
         name such as ``batch_opt`` is an alias, whose new name is reported beside it and also looked up here).
-    prior_sensitivity : quantity -> ``{"prior", "likelihood", "most", "most_prior", "diagnosis"}``, the
+    prior_sensitivity : quantity -> ``{"prior", "likelihood", "most", "most_label", "most_prior", "diagnosis"}``, the
         power-scaling sensitivity of its draws to the joint prior and to the likelihood, the prior site that moves
         it most, and whether the answer is prior-dominated (`scalinfer.inference.sensitivity.prior_sensitivity`);
         a string where it could not be computed (why), None where it was not asked for.
@@ -99,7 +99,7 @@ class Prediction:
         out["warnings"] = list(self.warnings)
         if isinstance(self.prior_sensitivity, dict):
             out["prior_sensitivity"] = {
-                k: {f: np.asarray(v).tolist() if f in ("most", "diagnosis") else _jsonable(v) for f, v in s.items()}
+                k: {f: np.asarray(v).tolist() if f in ("most", "most_label", "diagnosis") else _jsonable(v) for f, v in s.items()}
                 for k, s in self.prior_sensitivity.items()}
         elif self.prior_sensitivity is not None:
             out["prior_sensitivity"] = {"unavailable": self.prior_sensitivity}

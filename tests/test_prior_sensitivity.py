@@ -148,7 +148,7 @@ def test_conjugate_normal_known_answer(toy_model, n, prior_sd, dominated):
     # the nuisance's, whose power-scaling does not move mu but adds their noise (10% off at these seeds): 25%
     assert s["likelihood"] == pytest.approx(exact["likelihood"], rel=0.10), (s, exact)
     if dominated:
-        assert s["most"] == "mu"
+        assert s["most"] == s["most_label"] == "mu"  # the default Model.prior_label: the site itself
         assert s["most_prior"] == pytest.approx(exact["prior"], rel=0.10), (s, exact)
         assert s["prior"] == pytest.approx(exact["prior"], rel=0.25), (s, exact)
     if dominated:
@@ -170,7 +170,7 @@ def test_predict_json_carries_it_and_old_files_say_unavailable(toy_model, tmp_pa
     assert r.code == 0, r.err
     out = json.loads(r.out)
     s = out["prior_sensitivity"]["mu"]
-    assert set(s) == {"prior", "likelihood", "most", "most_prior", "diagnosis"}
+    assert set(s) == {"prior", "likelihood", "most", "most_label", "most_prior", "diagnosis"}
     assert s["diagnosis"] == "prior-dominated" and s["most"] == "mu"
     assert any("prior-dominated" in w and "mu" in w for w in out["warnings"])
     text = run_cli("predict", path, "--N", "1e9", "--D", "2e10")
@@ -200,3 +200,15 @@ def test_grid_and_non_finite_draws(toy_model):
     # predict computes it at one target by default, on a grid when asked
     assert f.predict(N=[1e9, 2e9], D=2e10).prior_sensitivity is None
     assert np.shape(f.predict(N=[1e9, 2e9], D=2e10, sensitivity=True).prior_sensitivity["mu"]["prior"]) == (2,)
+
+
+def test_surface_names_the_prior_behind_its_reparameterized_sites():
+    # size scatter samples standard normals and residuals that stand for the laws' and the scatter's priors
+    # (scalinfer.models.surface.size_scatter): a warning that said "the prior of lr_law_std" named nothing a user
+    # can change; the label names the Priors fields (what Priors.scaled takes)
+    from scalinfer.models.surface import MODEL
+
+    assert "optimum_sd, lr_exp_N" in MODEL.prior_label("lr_law_std")
+    assert "tau_lr_size" in MODEL.prior_label("lr_size_resid") and "lr_size" in MODEL.prior_label("lr_size_u")
+    assert "loss_sd" in MODEL.prior_label("loss_size_line") and "tau_b" in MODEL.prior_label("eps_b")
+    assert MODEL.prior_label("a_D") == "a_D"  # a site that is its own prior

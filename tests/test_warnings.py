@@ -153,13 +153,13 @@ def test_optimum_outside_the_lrs_tried():
 def test_optimum_at_the_edge_of_the_batches_tried():
     # 2^17.4 is nearer 2^17 (the smallest batch tried) than 2^19: the edge; 2^18.1 is nearer 2^19: inside
     w = _only(answer_warnings(_constants(), _draws(batch=2.0 ** 17.4), {"N": 1e9, "D": 2e10}), "batch_opt")
-    assert len(w) == 1 and "at the edge" in w[0] and "smallest batch" in w[0]
+    assert len(w) == 1 and "at the edge of the batches tried" in w[0] and "smallest batch" in w[0]
     assert not _only(answer_warnings(_constants(), _draws(batch=2.0 ** 18.1), {"N": 1e9, "D": 2e10}), "batch_opt")
 
 
 def test_interval_beyond_the_lrs_tried():
     w = _only(answer_warnings(_constants(), _draws(lr=3e-3, spread=4.0), {"N": 1e9, "D": 2e10}), "lr_opt")
-    assert len(w) == 1 and "90% interval" in w[0] and "reaches beyond" in w[0]
+    assert len(w) == 1 and "90% interval" in w[0] and "reaches beyond the LRs tried" in w[0]
 
 
 def test_one_batch_tried_brackets_nothing():

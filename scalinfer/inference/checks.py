@@ -31,8 +31,8 @@ EXTRAPOLATION_MAX = 10.0
 #: a target N within this relative distance of the smallest fitted N is that size, not below it
 _SAME_N = 0.005
 #: the optima checked against the ranges tried: quantity -> (swept quantity, its name in a sentence, unit)
-_OPTIMA = {"lr_opt": ("lr", "LR", ""), "lr_opt_at_batch": ("lr", "LR", ""),
-           "batch_opt": ("batch", "batch", " tokens")}
+_OPTIMA = {"lr_opt": ("lr", "LR", "LRs", ""), "lr_opt_at_batch": ("lr", "LR", "LRs", ""),
+           "batch_opt": ("batch", "batch", "batches", " tokens")}
 
 
 def check_targets(targets: dict[str, Any], names: tuple[str, ...]) -> None:
@@ -145,7 +145,7 @@ def _edges(c: dict[str, float], med: dict[str, tuple], N: np.ndarray, ci: float)
     tried = [tried_at(c, n) for n in Nf]
     if tried[0] is None:  # a fit written before the ranges were recorded
         return []
-    for q, (swept, name, unit) in _OPTIMA.items():
+    for q, (swept, name, names, unit) in _OPTIMA.items():
         if q not in med:
             continue
         m, lo, hi = (a.ravel() for a in med[q])
@@ -178,11 +178,11 @@ def _edges(c: dict[str, float], med: dict[str, tuple], N: np.ndarray, ci: float)
                            f"optimum, it is extrapolated; extend the {name} sweep past it before relying on it")
             elif kind == "edge":
                 side = "smallest" if m[i] < t[swept][1] else "largest"
-                out.append(f"{q} = {m[i]:.3g}{unit}{more} is at the edge of the {name}s tried {where}: its nearest "
+                out.append(f"{q} = {m[i]:.3g}{unit}{more} is at the edge of the {names} tried {where}: its nearest "
                            f"run is the {side} {name} tried, so the valley is bracketed on one side only; extend "
                            f"the sweep beyond that edge")
             else:
                 out.append(f"{q}'s {100 * ci:g}% interval [{lo[i]:.3g}, {hi[i]:.3g}]{unit}{more} reaches beyond "
-                           f"the {name}s tried {where}: that part of the answer rests on the model's shape outside "
+                           f"the {names} tried {where}: that part of the answer rests on the model's shape outside "
                            "the runs")
     return out

@@ -90,9 +90,9 @@ def prior_sensitivity(fit, draws: dict[str, np.ndarray], alphas: tuple[float, fl
 
     Returns
     -------
-    quantity -> ``{"prior": s_prior, "likelihood": s_lik, "most": site, "most_prior": s_site, "diagnosis": d}``:
-    the sensitivity to the joint prior and to the likelihood, the prior site whose power-scaling moves the
-    quantity most and its sensitivity, and ``"prior-dominated"``, ``"prior-data conflict"``, ``"data"`` (or
+    quantity -> ``{"prior": s_prior, "likelihood": s_lik, "most": site, "most_label": label, "most_prior": s_site,
+    "diagnosis": d}``: the sensitivity to the joint prior and to the likelihood, the prior site whose power-scaling
+    moves the quantity most (and the prior it stands for, `Model.prior_label`) and its sensitivity, and ``"prior-dominated"``, ``"prior-data conflict"``, ``"data"`` (or
     ``"unknown"``, where a draw is not finite and the values are NaN). Each value is a float or a string for a
     quantity at one target, an array of the target shape for a grid.
 
@@ -144,7 +144,9 @@ def prior_sensitivity(fit, draws: dict[str, np.ndarray], alphas: tuple[float, fl
         diagnosis = np.where(np.isnan(p) | np.isnan(l_), "unknown",
                              np.where(p >= THRESHOLD, np.where(l_ >= THRESHOLD, "prior-data conflict",
                                                                "prior-dominated"), "data"))
-        entry = {"prior": p, "likelihood": l_, "most": most, "most_prior": most_value, "diagnosis": diagnosis}
+        label = np.vectorize(fit.model.prior_label, otypes=[object])(np.asarray(most, dtype=object))
+        entry = {"prior": p, "likelihood": l_, "most": most, "most_label": label, "most_prior": most_value,
+                 "diagnosis": diagnosis}
         if np.ndim(p) == 0:
             entry = {key: (float(v) if key in ("prior", "likelihood", "most_prior") else str(np.asarray(v).item()))
                      for key, v in entry.items()}
@@ -165,9 +167,10 @@ def sensitivity_warnings(sensitivity: dict[str, dict[str, Any]] | None) -> list[
         if np.ndim(s["prior"]) == 0:
             out.append(f"{k} is prior-dominated: power-scaling sensitivity to the prior {s['prior']:.3f} (>= "
                        f"{THRESHOLD}), to the likelihood {s['likelihood']:.3f} (< {THRESHOLD}); the data say little "
-                       f"about it here, and the prior of {s['most']} moves it most")
+                       f"about it here, and the prior of {s.get('most_label', s['most'])} moves it most")
         else:
-            sites, counts = np.unique(np.asarray(s["most"])[dominated], return_counts=True)
+            sites, counts = np.unique(np.asarray(s.get("most_label", s["most"]))[dominated].astype(str),
+                                      return_counts=True)
             out.append(f"{k} is prior-dominated at {int(dominated.sum())} of {dominated.size} targets (power-scaling "
                        f"sensitivity to the prior >= {THRESHOLD}, to the likelihood < {THRESHOLD}); the prior that "
                        f"moves it most there: {sites[np.argmax(counts)]}")

@@ -142,6 +142,12 @@ class Model(abc.ABC):
         """What a reader of this model's `fit` must know beyond the sampler's diagnostics (default: nothing)."""
         return []
 
+    def prior_label(self, site: str) -> str:
+        """The prior that sampled site `site`'s density carries, in words a user can act on (the prior
+        sensitivity's warnings name it). Default: the site's name; a model whose sites are reparameterizations
+        (a standard normal standing for a law's prior, say) says which prior they stand for."""
+        return site
+
     # ---- predictions --------------------------------------------------------------------------------------
     @abc.abstractmethod
     def predict(self, draws: Arrays, constants: dict[str, float], **targets: Any) -> Arrays:

@@ -265,6 +265,23 @@ class Surface(Model):
                 out[f"{name}_curvature_ratio"] = np.exp(2 * draws[f"delta_{v}"])
         return out
 
+    def prior_label(self, site: str) -> str:
+        """Size scatter's sites are a reparameterization (`scalinfer.models.surface.size_scatter`): ``<v>_law_std``
+        and ``<v>_size_line`` carry the prior of law v's intercept and N exponent, ``<v>_size_resid`` and
+        ``<v>_size_u`` the size scatter's (tau_<v>_size); ``eps_<v>`` the settings' scatter about the law. Each is
+        named with the `Priors` fields that set it (``Priors.scaled`` changes one)."""
+        law = {"lr": ("log eta*", "optimum_sd, lr_exp_N"), "b": ("log B*", "optimum_sd, batch_exp_N"),
+               "loss": ("log L*", "loss_sd, loss_exponent_sd")}
+        for v, (what, fields) in law.items():
+            if site in (f"{v}_law_std", f"{v}_size_line"):
+                return f"{site} (the law of {what}: its intercept and N exponent, priors {fields})"
+            if site in (f"{v}_size_resid", f"{v}_size_u"):
+                return f"{site} (the model sizes' scatter about the law of {what}, tau_{v}_size: prior {v}_size)"
+        if site in ("eps_lr", "eps_b"):
+            v = site[4:]
+            return f"{site} (the settings' scatter of the optimum about its law, tau_{v}: prior tau_optimum_sd)"
+        return site
+
     def fit_warnings(self, fit: Fit) -> list[str]:
         out = []
         if fit.method == "laplace":
