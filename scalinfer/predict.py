@@ -14,8 +14,17 @@ __all__ = ["Prediction", "interval"]
 
 
 def interval(draws: np.ndarray, ci: float = 0.9, axis: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(median, lo, hi) of the equal-tailed `ci` interval over `axis` (NaN draws propagate as NaN)."""
-    q = np.quantile(draws, [0.5, (1 - ci) / 2, (1 + ci) / 2], axis=axis)
+    """(median, lo, hi) of the equal-tailed `ci` interval over `axis` (NaN draws propagate as NaN). Infinite
+    draws (a target out of some draws' reach) count as the largest (smallest) values: a quantile between a
+    finite draw and an infinite one is infinite (NumPy's interpolation gives NaN there: inf - inf)."""
+    draws = np.asarray(draws, float)
+    qs = [0.5, (1 - ci) / 2, (1 + ci) / 2]
+    with np.errstate(invalid="ignore"):
+        q = np.quantile(draws, qs, axis=axis)
+    bad = np.isnan(q) & ~np.isnan(draws).any(axis=axis)
+    if bad.any():
+        lower, higher = (np.quantile(draws, qs, axis=axis, method=m) for m in ("lower", "higher"))
+        q = np.where(bad, np.where(np.isneginf(lower), lower, higher), q)
     return q[0], q[1], q[2]
 
 

@@ -93,3 +93,15 @@ def test_batch_vs_N_draws_predicts_intervals_and_says_where_they_stop_being_fini
     assert f"no batch reaches L*(N) in some draws from N = {first(share > 0):.3g}" in note
     assert f"90% band open above from N = {first(~np.isfinite(hi)):.3g}" in note
     assert f"median infinite from N = {first(~np.isfinite(med)):.3g}" in note
+
+
+def test_interval_of_draws_partly_out_of_reach_is_infinite_not_nan():
+    # NumPy interpolates a quantile between a finite and an infinite draw as inf - inf = NaN: predict then said
+    # "batch_opt = nan tokens" where most draws were out of reach; the exact quantiles are +-inf (or the finite
+    # neighbour where the quantile falls on it)
+    med, lo, hi = interval(np.r_[np.arange(1.0, 40.0), np.full(61, np.inf)])
+    assert med == math.inf and hi == math.inf and lo == pytest.approx(np.quantile(np.arange(1.0, 40.0), 0.05 * 99 / 38))
+    med, lo, hi = interval(np.r_[np.full(10, -np.inf), np.arange(1.0, 91.0)])
+    assert lo == -math.inf and np.isfinite(med) and np.isfinite(hi)
+    assert all(np.isnan(v) for v in interval(np.r_[np.arange(1.0, 100.0), np.nan]))  # a NaN draw stays NaN
+    assert interval(np.arange(1.0, 101.0)) == pytest.approx((50.5, 5.95, 95.05))  # finite draws: as before
