@@ -71,7 +71,10 @@ def main(argv=None) -> int:
         print(f"no dataset at {args.dataset}", file=sys.stderr)
         return 1
     import scalinfer
+    import scalinfer.runtime
     from scalinfer.runs.schema import validate
+
+    scalinfer.runtime.configure(n_devices=args.chains)  # as the CLI: a CPU device per chain, before JAX starts
     from scalinfer.suggest import suggest
 
     t0 = time.perf_counter()
