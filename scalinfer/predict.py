@@ -17,14 +17,15 @@ def interval(draws: np.ndarray, ci: float = 0.9, axis: int = 0) -> tuple[np.ndar
     """(median, lo, hi) of the equal-tailed `ci` interval over `axis` (NaN draws propagate as NaN). Infinite
     draws (a target out of some draws' reach) count as the largest (smallest) values: a quantile between a
     finite draw and an infinite one is infinite (NumPy's interpolation gives NaN there: inf - inf)."""
-    draws = np.asarray(draws, float)
+    draws = np.moveaxis(np.asarray(draws, float), axis, 0)
     qs = [0.5, (1 - ci) / 2, (1 + ci) / 2]
     with np.errstate(invalid="ignore"):
-        q = np.quantile(draws, qs, axis=axis)
-    bad = np.isnan(q) & ~np.isnan(draws).any(axis=axis)
-    if bad.any():
-        lower, higher = (np.quantile(draws, qs, axis=axis, method=m) for m in ("lower", "higher"))
-        q = np.where(bad, np.where(np.isneginf(lower), lower, higher), q)
+        q = np.quantile(draws, qs, axis=0)
+    bad = (np.isnan(q) & ~np.isnan(draws).any(axis=0)).any(axis=0)  # the targets where inf - inf was taken
+    if bad.any():  # redo those targets' quantiles without interpolating into an infinite draw
+        sub = draws[:, bad]
+        lower, higher = (np.quantile(sub, qs, axis=0, method=m) for m in ("lower", "higher"))
+        q[:, bad] = np.where(np.isnan(q[:, bad]), np.where(np.isneginf(lower), lower, higher), q[:, bad])
     return q[0], q[1], q[2]
 
 
@@ -63,6 +64,8 @@ class Prediction:
         power-scaling sensitivity of its draws to the joint prior and to the likelihood, the prior site that moves
         it most, and whether the answer is prior-dominated (`scalinfer.inference.sensitivity.prior_sensitivity`);
         a string where it could not be computed (why), None where it was not asked for.
+    intervals : quantity -> (median, lo, hi) at `ci`, where the caller has computed them already (`Fit.predict`
+        does, for the answer's warnings): `interval` returns them instead of sorting the draws again.
     """
 
     draws: dict[str, np.ndarray]
@@ -73,6 +76,8 @@ class Prediction:
     warnings: tuple[str, ...] = ()
     model: str | None = None
     prior_sensitivity: dict[str, dict[str, Any]] | str | None = None
+    intervals: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = dataclasses.field(
+        default=None, repr=False, compare=False)
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.draws:  # a new name whose old one the model still reports (an alias)
@@ -83,6 +88,8 @@ class Prediction:
 
     def interval(self, name: str, ci: float | None = None):
         """(median, lo, hi) of quantity `name`."""
+        if (ci is None or ci == self.ci) and self.intervals and name in self.intervals:
+            return self.intervals[name]
         return interval(self[name], self.ci if ci is None else ci)
 
     def quantities(self) -> list[tuple[str, Quantity]]:

@@ -52,14 +52,16 @@ def check_targets(targets: dict[str, Any], names: tuple[str, ...]) -> None:
 
 
 def answer_warnings(constants: dict[str, float], draws: dict[str, np.ndarray], targets: dict[str, Any],
-                    ci: float = 0.9) -> list[str]:
+                    ci: float = 0.9, intervals: dict[str, tuple] | None = None) -> list[str]:
     """The warnings of an answer: `draws` (quantity -> (n_draws, *shape)) at `targets` from a fit with
     `constants` (see the module docstring). A grid of targets gets one warning per kind, at its first point
-    concerned, with the count of such points."""
+    concerned, with the count of such points. `intervals`: quantity -> (median, lo, hi) at `ci` where already
+    computed (`scalinfer.predict.interval`; on a grid, sorting the draws is most of the cost)."""
     shape = np.broadcast_shapes(*[np.shape(v)[1:] for v in draws.values()]) if draws else ()
     at = {t: _target(t, targets, draws, shape) for t in ("N", "D")}
     out = _extrapolation(constants, at)
-    med = {q: tuple(np.broadcast_to(a, shape) for a in interval(draws[q], ci)) for q in draws}  # (median, lo, hi)
+    intervals = intervals or {q: interval(draws[q], ci) for q in draws}
+    med = {q: tuple(np.broadcast_to(a, shape) for a in intervals[q]) for q in draws}  # (median, lo, hi)
     out += _absurd(constants, med, at)
     if at["N"] is not None:
         out += _edges(constants, med, at["N"], ci)
@@ -142,7 +144,8 @@ def _edges(c: dict[str, float], med: dict[str, tuple], N: np.ndarray, ci: float)
     """An optimum outside, or at the edge of, the range tried at the nearest fitted size; or its interval beyond."""
     out = []
     Nf = N.ravel()
-    tried = [tried_at(c, n) for n in Nf]
+    nearest = {n: tried_at(c, n) for n in np.unique(Nf)}  # a grid repeats its N: one look-up per distinct N
+    tried = [nearest[n] for n in Nf]
     if tried[0] is None:  # a fit written before the ranges were recorded
         return []
     for q, (swept, name, names, unit) in _OPTIMA.items():

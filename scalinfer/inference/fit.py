@@ -30,7 +30,7 @@ from scalinfer.errors import FitFileError, ModelError
 from scalinfer.runtime import chain_method_for, float64
 from scalinfer.models import get_model, model_version
 from scalinfer.models.base import Model
-from scalinfer.predict import Prediction
+from scalinfer.predict import Prediction, interval
 from scalinfer.runs.schema import RunTable
 
 __all__ = ["Fit", "fit", "load_fit", "read_summary", "FILE_FORMAT", "READ_FORMATS", "METHODS"]
@@ -555,9 +555,11 @@ class Fit:
         if sensitivity or sensitivity is None and all(np.ndim(v) == 1 for v in draws.values()):
             ps = _sensitivity.unavailable(self, len(next(iter(draws.values()))))
             ps = ps or _sensitivity.prior_sensitivity(self, draws)
-        return Prediction(draws=draws, units=units, targets=targets, ci=ci,
+        intervals = {q: interval(v, ci) for q, v in draws.items()}  # once, for the warnings and the answer
+        return Prediction(draws=draws, units=units, targets=targets, ci=ci, intervals=intervals,
                           extrapolation=self.model.extrapolation(self.constants, **targets),
-                          warnings=tuple(self.warnings() + checks.answer_warnings(self.constants, draws, targets, ci)
+                          warnings=tuple(self.warnings() + checks.answer_warnings(self.constants, draws, targets, ci,
+                                                                                  intervals)
                                          + self.model.predict_warnings(self.constants, answer=draws, **targets)
                                          + _sensitivity.sensitivity_warnings(ps if isinstance(ps, dict) else None)),
                           model=self.model.name, prior_sensitivity=ps)
