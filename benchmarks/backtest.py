@@ -138,6 +138,47 @@ DATASETS = (
     Dataset("calibration", ROOT / "data" / "calibration" / "runs.jsonl", "jsonl", where="arch == 'moe-e8k2'"),
 )
 
+#: each dataset's family in `scalinfer.models.surface.population.FAMILIES` (Step Law's MoE runs by total and by
+#: active N are one family)
+DATASET_FAMILY = {"steplaw-dense": "steplaw-dense", "steplaw-moe-total": "steplaw-moe",
+                  "steplaw-moe-active": "steplaw-moe", "misfitting": "misfitting", "calibration": "calibration"}
+#: --prior: ``lofo`` (default) the population prior pooled without the scored dataset's family (#22: a family is
+#: never scored by a prior fitted on it); ``population`` the package's default, which pooled Step Law and the
+#: calibration sweep themselves; ``default`` the broad prior
+PRIOR_CHOICES = ("lofo", "population", "default")
+
+
+def given_priors_model(priors):
+    """The surface model sampling from `priors` (a study's `Priors`, not a user option: the fit file records the
+    option ``prior`` as "population" whatever `priors` are, so such a fit is not for saving)."""
+    import dataclasses
+
+    from scalinfer.models.surface import Surface
+
+    @dataclasses.dataclass(frozen=True)
+    class GivenPriors(Surface):
+        priors: object = None
+
+        def model_kwargs(self, data, constants):
+            return {**super().model_kwargs(data, constants), "prior": self.priors}
+
+        def options(self):
+            return {k: v for k, v in super().options().items() if k != "priors"}
+
+    return GivenPriors(priors=priors)
+
+
+def surface_for(ds: Dataset, prior: str):
+    """(model, fit options) of the surface fit scoring `ds` under `--prior` `prior` (`PRIOR_CHOICES`)."""
+    if prior == "default":
+        return "surface", {"prior": "default"}
+    if prior == "population":
+        return "surface", {}
+    from scalinfer.models.surface.population import FAMILIES, LEFT_OUT, population_priors
+
+    lofo, _ = population_priors(FAMILIES, exclude=(DATASET_FAMILY[ds.name], *LEFT_OUT))
+    return given_priors_model(lofo), {}
+
 
 # ---- the truth at a held-out setting ---------------------------------------------------------------------------
 def setting_truth(full, N: float, D: float, group: str, tie_tol: float) -> dict:
@@ -313,8 +354,9 @@ def run_fold(ds: Dataset, full, sizes: list[float], k: int, args) -> tuple[dict,
     rec = {"dataset": ds.name, "k": k, "N_max": float(N_k), "n_runs": len(runs)}
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        fit = scalinfer.fit(runs, model="surface", chains=args.chains, warmup=args.warmup, samples=args.samples,
-                            seed=args.seed)
+        model, opts = surface_for(ds, args.prior)
+        fit = scalinfer.fit(runs, model=model, chains=args.chains, warmup=args.warmup, samples=args.samples,
+                            seed=args.seed, **opts)
     except ScalinferError as e:  # a failed fit is a result: report it and go on
         fit = None
         rec["surface_error"] = str(e)
@@ -478,6 +520,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-folds", type=int, default=None, help="at most this many k's per dataset (spread evenly)")
     ap.add_argument("--tie-tol", type=float, default=0.0025,
                     help="cells within this fraction of the best cell's loss are near-best (default 0.0025)")
+    ap.add_argument("--prior", choices=PRIOR_CHOICES, default="lofo",
+                    help="surface's prior: lofo (default) the population prior pooled without the scored dataset's "
+                         "family; population the package's default (pooled with it); default the broad prior")
     ap.add_argument("--quick", action="store_true", help="2 chains x (200 + 200), one fold per dataset")
     ap.add_argument("--rows", action="store_true", help="add every scored (fold, setting) to the JSON")
     args = ap.parse_args(argv)
@@ -540,7 +585,7 @@ def main(argv=None) -> int:
                   f"batch {_f(ci.get('batch_opt'), '.2f', 5)}")
     print(f"\ntotal wall {wall:.0f} s ({len(fits)} folds; {args.chains} chains x ({args.warmup} + {args.samples}); "
           f"load {load0:.1f} -> {os.getloadavg()[0]:.1f})")
-    settings = {"chains": args.chains, "warmup": args.warmup, "samples": args.samples, "seed": args.seed,
+    settings = {"prior": args.prior, "chains": args.chains, "warmup": args.warmup, "samples": args.samples, "seed": args.seed,
                 "min_sizes": args.min_sizes, "max_folds": args.max_folds, "tie_tol": args.tie_tol,
                 "datasets": [d.name for d in chosen]}
     report = {"bins": results["surface"]["bins"], "datasets": results["surface"]["datasets"],

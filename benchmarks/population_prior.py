@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 import backtest  # benchmarks/, the script's folder, is on sys.path
+from backtest import DATASET_FAMILY, given_priors_model
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "datasets"
@@ -42,28 +43,6 @@ FAMILY_FITS = {
     "misfitting": (SHARED / "misfitting_li2025", {"format": "misfitting"}),
     "calibration": (ROOT / "data" / "calibration" / "runs.jsonl", {"format": "jsonl", "where": "arch == 'moe-e8k2'"}),
 }
-#: backtest dataset -> the family it belongs to (left out of the prior that scores it)
-DATASET_FAMILY = {"steplaw-dense": "steplaw-dense", "steplaw-moe-total": "steplaw-moe",
-                  "steplaw-moe-active": "steplaw-moe", "misfitting": "misfitting", "calibration": "calibration"}
-FIT = {"chains": 2, "warmup": 300, "samples": 300, "seed": 0}
-
-
-def given_priors_model(priors):
-    """The surface model sampling from `priors` (a study's `Priors`, not a user option: the fit file records the
-    option ``prior`` as "population" whatever `priors` are, so such a fit is not for saving)."""
-    from scalinfer.models.surface import Surface
-
-    @dataclasses.dataclass(frozen=True)
-    class GivenPriors(Surface):
-        priors: object = None
-
-        def model_kwargs(self, data, constants):
-            return {**super().model_kwargs(data, constants), "prior": self.priors}
-
-        def options(self):
-            return {k: v for k, v in super().options().items() if k != "priors"}
-
-    return GivenPriors(priors=priors)
 
 
 def summarize(fit) -> dict[str, tuple[float, float]]:
