@@ -194,3 +194,19 @@ def test_resume_after_worker_killed(tmp_path):
     # the killed run resumed from its checkpoint: its metrics cover every step exactly once
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines if "loss" in m] == list(range(1, 121))
+
+
+def test_write_summary_writes_the_rows_atomically_with_the_umask(tmp_path):
+    # the studies' summaries (data/*/summarize.py) write through it: one CSV, header from the first row
+    import csv as _csv
+
+    from scalinfer.sweep.store import write_summary
+
+    old = os.umask(0o027)
+    try:
+        path = write_summary(tmp_path, [{"size": "d32", "loss": 2.5}, {"size": "d64", "loss": 2.25}])
+    finally:
+        os.umask(old)
+    assert list(_csv.DictReader(path.open())) == [{"size": "d32", "loss": "2.5"}, {"size": "d64", "loss": "2.25"}]
+    assert path.stat().st_mode & 0o777 == 0o640 and [p.name for p in tmp_path.iterdir()] == ["summary.csv"]
+    assert write_summary(tmp_path, []).read_text() == ""

@@ -30,8 +30,6 @@ writes summary.csv beside this file (one row per run) and prints the per-arm tab
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import math
 from pathlib import Path
@@ -149,18 +147,15 @@ def _fmt(m: tuple[float, float, float], spec: str) -> str:
 
 
 def main(argv=None, folder: Path = HERE) -> dict:
-    from scalinfer._io import atomic_write_text, atomic_write_with
+    from scalinfer._io import atomic_write_with
+    from scalinfer.sweep.store import write_summary
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--figure", help="write the figure here (PNG)")
     args = ap.parse_args(argv)
     runs = load(folder)
     rows, arms = summarize(runs)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write_text(folder / "summary.csv", buf.getvalue())
+    write_summary(folder, rows)
     print(f"{'arm':<8}{'n':>3}  {'final loss':<26}{'loss - const':<30}{'steps':<24}{'steps saved at equal loss':<28}"
           f"{'steps to target':<24}{'tokens to target':<32}wall s")
     for arm, a in arms.items():

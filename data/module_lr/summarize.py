@@ -11,10 +11,9 @@ diverged, wall_s, run_id.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
-from scalinfer.sweep.store import finished_runs
+from scalinfer.sweep.store import finished_runs, write_summary
 
 HERE = Path(__file__).resolve().parent
 HIDDEN = ("attention", "experts")
@@ -41,11 +40,7 @@ def main() -> None:
                      "loss": rec["loss"], "diverged": rec["diverged"], "wall_s": run["wall_s"],
                      "run_id": run["run_id"]})
     rows.sort(key=lambda r: (r["size"], r["group"], r["multiplier"]))
-    with open(HERE / "summary.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["size"])
-        w.writeheader()
-        w.writerows(rows)
-    print(f"wrote {HERE / 'summary.csv'}: {len(rows)} runs")
+    print(f"wrote {write_summary(HERE, rows)}: {len(rows)} runs")
 
 
 if __name__ == "__main__":

@@ -9,10 +9,9 @@ diverged), diverged (a non-finite training loss stopped the run), diverged_at_to
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
-from scalinfer.sweep.store import finished_runs
+from scalinfer.sweep.store import finished_runs, write_summary
 
 HERE = Path(__file__).resolve().parent
 #: the base LR per size (the sweep's x1 point; sweep.toml's header, written by make_sweep.py)
@@ -28,11 +27,7 @@ def main() -> None:
                      "diverged": rec["diverged"], "diverged_at_tokens": rec.get("diverged_at_tokens"),
                      "wall_s": run["wall_s"], "run_id": run["run_id"]})
     rows.sort(key=lambda r: (r["N"], r["qk_norm"], r["lr"]))
-    with open(HERE / "summary.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["size"])
-        w.writeheader()
-        w.writerows(rows)
-    print(f"wrote {HERE / 'summary.csv'}: {len(rows)} runs")
+    print(f"wrote {write_summary(HERE, rows)}: {len(rows)} runs")
 
 
 if __name__ == "__main__":

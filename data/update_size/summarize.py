@@ -10,11 +10,10 @@ diverged, wall_s, run_id. The update sizes are in each run's ``diagnostics.jsonl
 
 from __future__ import annotations
 
-import csv
 import sys
 from pathlib import Path
 
-from scalinfer.sweep.store import finished_runs
+from scalinfer.sweep.store import finished_runs, write_summary
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -29,11 +28,7 @@ def main() -> None:
                      "lr_over_opt": round(rec["lr"] / LR_OPT[size], 3), "loss": rec["loss"],
                      "diverged": rec["diverged"], "wall_s": run["wall_s"], "run_id": run["run_id"]})
     rows.sort(key=lambda r: (r["N"], r["mup"], r["lr"]))
-    with open(HERE / "summary.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["size"])
-        w.writeheader()
-        w.writerows(rows)
-    print(f"wrote {HERE / 'summary.csv'}: {len(rows)} runs")
+    print(f"wrote {write_summary(HERE, rows)}: {len(rows)} runs")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from scalinfer.sweep.spec import Sweep, SweepRun, load_sweep
 from scalinfer.train.config import config_to_dict
 from scalinfer.train.records import read_json, write_file
 
-__all__ = ["RunStatus", "SweepResult", "run_status", "merge", "export", "finished_runs"]
+__all__ = ["RunStatus", "SweepResult", "run_status", "merge", "export", "finished_runs", "write_summary"]
 
 _TABLE = "runs.jsonl"
 _MANIFEST = "manifest.json"
@@ -300,6 +300,22 @@ def finished_runs(folder: str | os.PathLike) -> list[tuple[dict[str, Any], dict[
     records = {r["run_id"]: r for r in _read_jsonl(folder / _TABLE)}
     return [(run, records[run["run_id"]]) for run in manifest["runs"]
             if run["state"] == "done" and run["run_id"] in records]
+
+
+def write_summary(folder: str | os.PathLike, rows: list[dict[str, Any]], name: str = "summary.csv") -> Path:
+    """Write a study's one-row-per-run table, ``folder/name`` (CSV, the columns of the first row, in order),
+    atomically with the user's umask; an empty `rows` writes an empty file. Returns the path."""
+    import csv
+    import io
+
+    path = Path(folder) / name
+    buf = io.StringIO()
+    if rows:
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+    return path
 
 
 def _make_folder(folder: Path, dest: Path | None = None) -> None:
