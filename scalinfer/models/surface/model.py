@@ -1,4 +1,5 @@
-r"""``surface``: one posterior over the loss surface in (N, D, LR, batch) (MATH.md sections 3, 4 and 7).
+r"""``surface``: one posterior over the loss surface in (N, D, LR, batch) (docs/models.md, "surface"; the laws in
+docs/laws.md).
 
 Every run enters the likelihood, optimal or not, converged or diverged. Runs are grouped in *settings*
 s = (N, D[, group]); each setting has a joint optimum (eta*_s, B*_s) and a loss there, L*_s.
