@@ -30,7 +30,7 @@ def interval(draws: np.ndarray, ci: float = 0.9, axis: int = 0) -> tuple[np.ndar
 
 
 def _fmt(v: Any) -> str:
-    """A JSON number (or list of them) as text: 4 significant digits, null as nan."""
+    """A number (or nested list of them) as text: 4 significant digits (inf and nan as such), None as nan."""
     if isinstance(v, list):
         return "[" + ", ".join(_fmt(x) for x in v) + "]"
     return "nan" if v is None else f"{v:.4g}"
@@ -127,8 +127,8 @@ class Prediction:
         d = self.to_dict()
         lines = []
         for name, q in self.quantities():
-            v = d[name]
-            lines.append(f"{name:>18}: {_fmt(v['median'])}  [{_fmt(v['lo'])}, {_fmt(v['hi'])}]  {q.unit}"
+            med, lo, hi = (np.asarray(a, float).tolist() for a in self.interval(name))  # inf stays inf (JSON: null)
+            lines.append(f"{name:>18}: {_fmt(med)}  [{_fmt(lo)}, {_fmt(hi)}]  {q.unit}"
                          + (f"  ({q.definition})" if q.definition else ""))
         lines.append(f"{'extrapolation':>18}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in d["extrapolation"].items()))
         ps = d.get("prior_sensitivity")

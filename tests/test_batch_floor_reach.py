@@ -105,3 +105,13 @@ def test_interval_of_draws_partly_out_of_reach_is_infinite_not_nan():
     assert lo == -math.inf and np.isfinite(med) and np.isfinite(hi)
     assert all(np.isnan(v) for v in interval(np.r_[np.arange(1.0, 100.0), np.nan]))  # a NaN draw stays NaN
     assert interval(np.arange(1.0, 101.0)) == pytest.approx((50.5, 5.95, 95.05))  # finite draws: as before
+
+
+def test_text_answer_says_inf_where_the_json_says_null():
+    # JSON has no infinity (null there); the text answer names it, not "nan" (a NaN draw still reads nan)
+    from scalinfer.predict import Prediction
+
+    p = Prediction(draws={"batch_min": np.r_[np.arange(1.0, 40.0), np.full(61, np.inf)]}, units={"batch_min": "tokens"},
+                   targets={"N": 1e9}, extrapolation={}, model="batch-floor")
+    assert "batch_min: inf  [5.95, inf]" in p.to_text()
+    assert p.to_dict()["batch_min"]["median"] is None and p.to_dict()["batch_min"]["hi"] is None

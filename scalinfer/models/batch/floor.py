@@ -406,7 +406,7 @@ class BatchFloor(BatchTableModel, LossCurve):
         return [f"target loss {L_i:.4g} at N = {N_i:.3g}{more} is at or below the fitted floor L_inf in "
                 f"{int(round(share[i] * n))} of {n} draws ({100 * share[i]:.2g}%): no batch reaches it there, so "
                 "those draws of every batch size, steps and tokens are infinite; medians and intervals count them "
-                "as +inf (an infinite bound: null in JSON, nan in text)"]
+                "as +inf (an infinite bound: null in JSON, inf in text)"]
 
     @float64
     def loss_at_tokens(self, draws, constants, N, tokens):
