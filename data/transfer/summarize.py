@@ -14,8 +14,8 @@ data/module_lr/fit_valleys.py (which says why: MAP/Laplace fails on a valley of 
 fixed-batch chains do not converge). Each shape's optimum is its setting's x*_s, the LR valley's centre
 (`scalinfer.models.surface.setting_values`; at the table's batch the ridge passes through it), per posterior
 draw; optima.csv has per (axis, arm, shape) the best LR on the grid, the fitted optimum's median and 90%
-interval, and the drift, optimum(shape) / optimum(proxy), per draw (median, 90% interval), the largest shape's
-being the answer: 1 where the proxy's LR transfers.
+interval, and the drift, optimum(shape) / optimum(proxy), per draw (median, 90% interval, and P(drift < 1),
+empty for the proxy), the largest shape's being the answer: 1 where the proxy's LR transfers.
 
     python data/transfer/summarize.py            # summary.csv (data/sync.sh runs this)
     PYTHONPATH=. nice -n 10 .venv/bin/python data/transfer/summarize.py --fit
@@ -117,7 +117,7 @@ def fit_all(rows: list[dict]) -> None:
                             "best_lr_grid": mine.loc[mine["loss"].idxmin(), "lr"], "best_loss": mine["loss"].min(),
                             "lr_opt": q[1], "lr_opt_lo": q[0], "lr_opt_hi": q[2],
                             "drift": r[1], "drift_lo": r[0], "drift_hi": r[2],
-                            "p_drift_below_1": float(np.mean(lr < lr_proxy))})
+                            "p_drift_below_1": float(np.mean(lr < lr_proxy)) if shape != proxy else None})
     write_csv(HERE / "optima.csv", out)
 
 
