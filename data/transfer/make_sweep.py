@@ -22,7 +22,9 @@ d_model^-1.1).
 No run is shared: muP at the base shape differs from SP by its attention scale (1/d_head against
 1/sqrt(d_head)), and d64l2h4, in both axes, runs different LR grids (and, under muP, different bases) in each.
 2 axes x 2 arms x 3 shapes x 4 LRs = 48 runs, named ``<width|depth>-<shape>-<sp|mup>-lr<peak LR>``, in the
-order k = 0, -1, +1, -2 so that an interrupted sweep has each shape's centre of the valley first.
+order k = 0, -1, +1, -2 so that an interrupted sweep has each shape's centre of the valley first; then 2 runs
+added once the 48 had landed (``EDGE``): the two shapes whose best run was at the grid's edge get one more LR
+past it, SP d128l2h8 at k = -3 and depth-muP d64l8h4 at k = +2: 50 runs.
 
     PYTHONPATH=<trainer checkout> python data/transfer/make_sweep.py [-o data/transfer/sweep.toml]
 """
@@ -46,21 +48,24 @@ MUP = {"width": "{base_d_model = 32, base_n_layers = 2}",
        "depth": "{base_d_model = 64, base_n_layers = 2, depth_alpha = 0.5}"}
 #: LR grid exponents: lr = LR_PROXY[axis] * 2**k, in run order
 KS = (0, -1, 1, -2)
+#: (axis, shape, muP, k) added after the 48: the two shapes whose best run was at the grid's edge (SP d128l2h8
+#: at k = -2, depth-muP d64l8h4 at k = +1), one more point past it each, to bracket their optimum
+EDGE = (("width", "d128l2h8", False, -3), ("depth", "d64l8h4", True, 2))
 TOTAL_TOKENS = 163_840
 BATCH_TOKENS = 256
 
 
 def runs() -> list[dict]:
     """Every run in sweep order: name, axis, shape, d_model, n_layers, n_heads, k, lr, mup."""
+    plan = [(k, axis, mup, shape) for k in KS for axis, shapes in AXES.items() for mup in (False, True)
+            for shape, *_ in shapes]
+    plan += [(k, axis, mup, shape) for axis, shape, mup, k in EDGE]
     out = []
-    for k in KS:
-        for axis, shapes in AXES.items():
-            for mup in (False, True):
-                for shape, d, n_layers, h in shapes:
-                    lr = float(f"{LR_PROXY[axis] * 2.0 ** k:.3g}")
-                    out.append({"name": f"{axis}-{shape}-{'mup' if mup else 'sp'}-lr{lr:.3g}", "axis": axis,
-                                "shape": shape, "d_model": d, "n_layers": n_layers, "n_heads": h, "k": k,
-                                "lr": lr, "mup": mup})
+    for k, axis, mup, shape in plan:
+        _, d, n_layers, h = next(s for s in AXES[axis] if s[0] == shape)
+        lr = float(f"{LR_PROXY[axis] * 2.0 ** k:.3g}")
+        out.append({"name": f"{axis}-{shape}-{'mup' if mup else 'sp'}-lr{lr:.3g}", "axis": axis, "shape": shape,
+                    "d_model": d, "n_layers": n_layers, "n_heads": h, "k": k, "lr": lr, "mup": mup})
     return out
 
 
