@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scalinfer.sweep.store import finished_runs
+from scalinfer.sweep.store import finished_runs, write_summary
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -57,11 +57,7 @@ def summary_rows() -> list[dict]:
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["axis"])
-        w.writeheader()
-        w.writerows(rows)
-    print(f"wrote {path}: {len(rows)} rows")
+    print(f"wrote {write_summary(path.parent, rows, path.name)}: {len(rows)} rows")
 
 
 def setting_optima(fit) -> dict[float, np.ndarray]:
