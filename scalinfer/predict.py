@@ -115,7 +115,8 @@ class Prediction:
         out["warnings"] = list(self.warnings)
         if isinstance(self.prior_sensitivity, dict):
             out["prior_sensitivity"] = {
-                k: {f: np.asarray(v).tolist() if f in ("most", "most_label", "diagnosis") else _jsonable(v) for f, v in s.items()}
+                k: {f: np.asarray(v).tolist() if f in ("most", "most_label", "diagnosis") else _jsonable(v)
+                    for f, v in s.items()}
                 for k, s in self.prior_sensitivity.items()}
         elif self.prior_sensitivity is not None:
             out["prior_sensitivity"] = {"unavailable": self.prior_sensitivity}

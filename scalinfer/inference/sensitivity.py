@@ -92,9 +92,10 @@ def prior_sensitivity(fit, draws: dict[str, np.ndarray], alphas: tuple[float, fl
     -------
     quantity -> ``{"prior": s_prior, "likelihood": s_lik, "most": site, "most_label": label, "most_prior": s_site,
     "diagnosis": d}``: the sensitivity to the joint prior and to the likelihood, the prior site whose power-scaling
-    moves the quantity most (and the prior it stands for, `Model.prior_label`) and its sensitivity, and ``"prior-dominated"``, ``"prior-data conflict"``, ``"data"`` (or
-    ``"unknown"``, where a draw is not finite and the values are NaN). Each value is a float or a string for a
-    quantity at one target, an array of the target shape for a grid.
+    moves the quantity most (and the prior it stands for, `Model.prior_label`) and its sensitivity, and
+    ``"prior-dominated"``, ``"prior-data conflict"``, ``"data"`` (or ``"unknown"``, where a draw is not finite
+    and the values are NaN). Each value is a float or a string for a quantity at one target, an array of the
+    target shape for a grid.
 
     The numbers are `arviz_stats.psense`'s on a DataTree whose ``posterior`` holds `draws` (chains, draws)
     beside the fit's ``log_prior`` and ``log_likelihood`` (``group_var_names`` = one site for a site's value),

@@ -169,8 +169,7 @@ def _band(ax, x, draws, color, ci: float, label=None) -> tuple:
     docstring): the line stops where the median is infinite, the band where its lower end is; where only its
     upper end is, the band is open above (`_open_above` fills it to the top of the axes once they are final).
     Returns (median, lo, hi) and the open part, for `_open_above`."""
-    with np.errstate(invalid="ignore"):  # inf - inf between two out-of-reach draws: nan, an infinite bound too
-        med, lo, hi = interval(np.asarray(draws, float), ci)
+    med, lo, hi = interval(np.asarray(draws, float), ci)  # an out-of-reach draw is +inf, and so is a bound past it
     fin = np.isfinite
     ax.plot(x, np.where(fin(med), med, np.nan), color=color, lw=1.8, label=label)
     closed = fin(lo) & fin(hi)
@@ -297,8 +296,7 @@ def plot_vs_N(fit, N_max: float | None = None, target_loss=None, ci: float = 0.9
         color = COLORS[j % len(COLORS)]
         bands[q], part = _band(ax, grid, pred[q], color, ci, label=_BATCH_NAMES[q])
         opens.append(part)
-        with np.errstate(invalid="ignore"):
-            med, lo, hi = interval(np.asarray(at_units[q], float), ci)
+        med, lo, hi = interval(np.asarray(at_units[q], float), ci)
         ok = np.isfinite(med)
         ax.errorbar(units[ok, 0], med[ok], yerr=[med[ok] - lo[ok], np.where(np.isfinite(hi), hi, med)[ok] - med[ok]],
                     fmt="o", color=color, ms=4, capsize=2, lw=1, zorder=3)
