@@ -153,8 +153,9 @@ def test_parse_size_refuses_empty_shapes():
 
 
 def test_plan_refuses_runs_the_trainer_cannot_set_up_in_one_line():
-    # benchmarks/fuzz_cli.py: `plan --tokens 9e18` planned runs of 6e8 steps each and was still resolving their
-    # token plans after 120 s; now it answers at once, naming the limit and what to change
+    # `plan --tokens 9e18` planned runs of 6e8 steps each and set about resolving every step of their token plans
+    # (a reproduction had taken 10 GB of memory when it was stopped; the fuzzer's hang after 120 s was a plan of
+    # 1e30 tokens); now it answers at once, naming the limit and what to change
     bad = run_cli("plan", "--size", "cal-xs", "--target-N", "1e7", "--target-D", "2e8", "--tokens", "9e18")
     assert bad.code == 2 and "MAX_RUN_STEPS" in bad.err and "--tokens" in bad.err
     assert len(bad.err.strip().splitlines()) == 1
