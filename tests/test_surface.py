@@ -391,11 +391,7 @@ def test_size_scatter_carries_a_new_sizes_scatter(sim):
     assert not any("fitted model size" in w for w in plain.predict(N=6e8 * 1.004, D=3e10).warnings)
     assert not any("fitted model size" in w for w in f.predict(N=2.4e9, D=3e10).warnings)
     assert not any("fitted model size" in w for w in plain.warnings())  # a prediction's, not the fit's
-    # figures read the size levels too
-    from scalinfer.plots import plot
-
-    for kind in ("lr-law", "lr-valley", "ppc"):
-        plot(f, kind)
+    # (the figures of a size-scatter fit: test_figures_render, whose fit has these 3 sizes too)
 
 
 def test_cli_size_scatter_option(sim, tmp_path, monkeypatch):
@@ -533,6 +529,7 @@ def test_figures_render(surface_fit, tmp_path, kind):
     from scalinfer.plots import plot
 
     f, _ = surface_fit
+    assert "lr_size" in f.posterior  # 3 sizes: size scatter on, so the figures read the size levels too
     out = plot(f, kind, output=tmp_path / f"{kind}.png")
     assert out.exists() and out.stat().st_size > 10_000  # a real picture, not an empty canvas
     fig = plot(f, kind)
