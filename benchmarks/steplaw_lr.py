@@ -18,8 +18,13 @@ Held out by size: for each size N_k after the first, fit the runs with N < N_k a
 lr_opt and batch_opt hold the grid's best run's LR and batch. A calibrated model holds ~90% of them; this is the
 check of honest extrapolation in N on real data that one held-out size cannot give.
 
+The prior (``--prior``, as in ``benchmarks/backtest.py``): every scored fit samples the population prior pooled
+*without* Step Law's dense family (``lofo``, the default: a family is never scored by a prior fitted on it), or
+the package's default population prior (``population``, which pooled this very table), or the broad prior
+(``default``). The full-table timing fit is the user's default whatever ``--prior`` says (it scores nothing).
+
     .venv/bin/python benchmarks/steplaw_lr.py [--chains 4 --warmup 500 --samples 1000] [--skip-full]
-        [--skip-by-size]
+        [--skip-by-size] [--prior lofo|population|default]
 
 Prints a table, then as its LAST line one JSON object with the figures. Reads the dataset in place from
 ``../shared/datasets/steplaw/`` (relative to the repository root); exits with a message if it is absent.
@@ -38,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from _grid import grid_truth_at, grid_winner, regret  # benchmarks/, the script's folder, is first on sys.path
+from backtest import DATASETS, PRIOR_CHOICES, surface_for
 
 ROOT = Path(__file__).resolve().parent.parent
 DATASET = ROOT.parent / "shared" / "datasets" / "steplaw" / "dense_runs.csv"
@@ -81,8 +87,8 @@ def held_out_by_size(path: str, full, args, size_scatter: bool | None) -> dict:
     rows, t0 = [], time.perf_counter()
     for N in sizes[1:]:
         runs = scalinfer.load_runs(path, format="steplaw", where=f"N < {float(N) * (1 - 1e-9)!r}")
-        fit = scalinfer.fit(runs, model="surface", chains=args.chains, warmup=args.warmup, samples=args.samples,
-                            seed=args.seed, size_scatter=size_scatter)
+        fit = scalinfer.fit(runs, model=args.surface, chains=args.chains, warmup=args.warmup, samples=args.samples,
+                            seed=args.seed, **args.surface_options, size_scatter=size_scatter)
         for D in sorted(full.loc[full["N"] == N, "D"].unique()):
             t = grid_truth_at(full, N, D)
             p = fit.predict(N=N, D=D, ci=args.ci)
@@ -136,6 +142,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ci", type=float, default=0.9)
     ap.add_argument("--skip-full", action="store_true", help="skip the fit to all 1,911 runs")
     ap.add_argument("--skip-by-size", action="store_true", help="skip the held-out-by-size check (8 fits)")
+    ap.add_argument("--prior", choices=PRIOR_CHOICES, default="lofo",
+                    help="the scored fits' prior: lofo (default) the population prior pooled without Step Law's "
+                         "dense family; population the package's default; default the broad prior")
     args = ap.parse_args(argv)
     if not Path(args.dataset).exists():
         print(f"dataset not found: {args.dataset} (the Step Law CSV is read in place, never copied)", file=sys.stderr)
@@ -150,19 +159,21 @@ def main(argv=None) -> int:
     full = scalinfer.load_runs(args.dataset, format="steplaw").df
     truths = {D: grid_truth(full, D) for D in TARGET_D}
     runs = scalinfer.load_runs(args.dataset, format="steplaw", where="N <= 6e8")
-    report: dict = {"n_runs_fit": len(runs), "load_before": os.getloadavg()[0]}
+    report: dict = {"n_runs_fit": len(runs), "load_before": os.getloadavg()[0], "prior": args.prior}
+    args.surface, args.surface_options = surface_for(next(d for d in DATASETS if d.name == "steplaw-dense"),
+                                                     args.prior)
 
     t0 = time.perf_counter()
-    fit = scalinfer.fit(runs, model="surface", chains=args.chains, warmup=args.warmup, samples=args.samples,
-                        seed=args.seed)
+    fit = scalinfer.fit(runs, model=args.surface, chains=args.chains, warmup=args.warmup, samples=args.samples,
+                        seed=args.seed, **args.surface_options)
     wall = time.perf_counter() - t0
     s = fit.summary()
     rows = [evaluate("surface (this model)", from_fit(fit, args.ci), truths)]
     report["heldout"] = {"wall_s": wall, "load_after": os.getloadavg()[0], **_diag(fit, s),
                          "steps_per_draw": float(fit.tree["sample_stats"]["n_steps"].mean())}
     t0 = time.perf_counter()
-    fs = scalinfer.fit(runs, model="surface", chains=args.chains, warmup=args.warmup, samples=args.samples,
-                       seed=args.seed, size_scatter=False)
+    fs = scalinfer.fit(runs, model=args.surface, chains=args.chains, warmup=args.warmup, samples=args.samples,
+                       seed=args.seed, **args.surface_options, size_scatter=False)
     report["heldout_no_size_scatter"] = {"wall_s": time.perf_counter() - t0, **_diag(fs, fs.summary()),
                                          "steps_per_draw": float(fs.tree["sample_stats"]["n_steps"].mean())}
     rows.append(evaluate("surface, no size scatter", from_fit(fs, args.ci), truths))
