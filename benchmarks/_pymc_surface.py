@@ -13,6 +13,14 @@ scatter) term by term:
 - the valleys `_valley` (smooth, asymmetric, exponent p = 0.5 + 3.5 p_unit) and the ridge, as in
   `surface_at`;
 - converged runs: Student-t(nu, mu, sigma0 + sigma1 * excess) on the log loss;
+- with ``size_scatter=True`` (the default fit of a table of several model sizes), the sizes' levels as a PyMC
+  user would write them, centered: ``{v}_size ~ N(intercept + slope n_m, tau_{v}_size)`` per size m, with
+  ``tau_{v}_size^2 ~ InverseGamma(alpha, beta)`` and the law's intercept and N slope under their priors
+  (`Priors.law`, `Priors.size`), for v in lr, b, loss; a setting's law is then its size's level plus the D
+  term. This is the joint distribution of `scalinfer.models.surface.size_scatter`, which NumPyro samples in
+  another parameterization (the law and tau integrated out, then drawn from their exact conditionals), so
+  the log densities differ by the change of variables: the two are compared by their posteriors
+  (`posterior_agreement`), not point by point;
 - censored (diverged) runs: log Phi((mu - log_level) / scale), a `pm.Potential` with PyMC's stable normal
   log-CDF (`normal_lcdf`: erfcx below z = -1). NumPyro writes the same term as an observed site (`Exceeds`, observed at
   1, whose log probability is log Phi(z)).
@@ -30,9 +38,10 @@ def _valley(pt, offset, log_c, delta, p):
     return pt.exp(log_curv) * (2.0 / p) * pt.expm1(0.5 * p * pt.log1p(offset * offset))
 
 
-def build_model(data: dict[str, np.ndarray], constants: dict[str, float], pr):
+def build_model(data: dict[str, np.ndarray], constants: dict[str, float], pr, size_scatter: bool = False):
     """The PyMC model of ``surface`` on `data`, `constants` from ``MODEL.prepare(runs)``, with priors `pr` (a
-    `scalinfer.models.surface.priors.Priors`: ``PRIOR_SETS[MODEL.prior]``)."""
+    `scalinfer.models.surface.priors.Priors`: ``PRIOR_SETS[MODEL.prior]``); with `size_scatter`, the model with
+    size scatter (`data` from a model with ``size_scatter=True``)."""
     import pymc as pm
     import pytensor.tensor as pt
     from pymc.distributions.dist_math import normal_lcdf
@@ -40,17 +49,21 @@ def build_model(data: dict[str, np.ndarray], constants: dict[str, float], pr):
     h_N, h_D = float(constants["h_N"]), float(constants["h_D"])
     n_s, d_s = np.asarray(data["n_s"], float), np.asarray(data["d_s"], float)
     S = n_s.shape[0]
-    with pm.Model(coords={"setting": np.arange(S)}) as model:
-        a0 = pm.Normal("a0", 0.0, pr.optimum_sd)
-        b0 = pm.Normal("b0", 0.0, pr.optimum_sd)
-        a_N = pm.Normal("a_N", pr.lr_exp_N[0] * h_N, pr.lr_exp_N[1] * h_N)
+    coords = {"setting": np.arange(S)}
+    if size_scatter:
+        n_size = np.asarray(data["n_size"], float)
+        size_s = np.asarray(data["size_s"], dtype=np.int64)
+        coords["size"] = np.arange(len(n_size))
+    with pm.Model(coords=coords) as model:
+        law = {}  # each law's (intercept, N slope): the natural ones, or those the sizes' levels scatter about
+        for v, (k0, kN) in (("lr", ("a0", "a_N")), ("b", ("b0", "b_N")), ("loss", ("g0", "g_N"))):
+            mean0, meanN, s0, sN = pr.law(v)
+            law[v] = (pm.Normal(k0, mean0, s0), pm.Normal(kN, meanN * h_N, sN * h_N))
+        (a0, a_N), (b0, b_N), (g0, g_N) = law["lr"], law["b"], law["loss"]
         a_D = pm.Normal("a_D", pr.lr_exp_D[0] * h_D, pr.lr_exp_D[1] * h_D)
-        b_N = pm.Normal("b_N", pr.batch_exp_N[0] * h_N, pr.batch_exp_N[1] * h_N)
         b_D = pm.Normal("b_D", pr.batch_exp_D[0] * h_D, pr.batch_exp_D[1] * h_D)
         kappa1 = pm.Normal("kappa1", *pr.kappa1)
         kappa2 = pm.Normal("kappa2", 0.0, pr.kappa2_sd)
-        g0 = pm.Normal("g0", 0.0, pr.loss_sd)
-        g_N = pm.Normal("g_N", 0.0, pr.loss_exponent_sd * h_N)
         g_D = pm.Normal("g_D", 0.0, pr.loss_exponent_sd * h_D)
         c: dict[str, Any] = {}
         for v in ("lr", "b"):
@@ -66,10 +79,19 @@ def build_model(data: dict[str, np.ndarray], constants: dict[str, float], pr):
         sigma1 = pm.HalfNormal("sigma1", pr.sigma1_sd)
         nu = pm.Gamma("nu", alpha=pr.nu[0], beta=pr.nu[1])
 
-        # the population laws at each setting (scalinfer.models.surface.laws)
-        law_x = a0 + a_N * n_s + a_D * d_s
-        law_z = b0 + b_N * n_s + b_D * d_s
-        law_ell = g0 + g_N * n_s + g_D * d_s
+        # the population laws at each setting (scalinfer.models.surface.laws), or its size's level
+        if size_scatter:
+            level = {}
+            for v, (k0, kN) in law.items():
+                alpha, beta = pr.size(v)
+                tau2 = pm.InverseGamma(f"tau_{v}_size_sq", alpha, beta)
+                pm.Deterministic(f"tau_{v}_size", pt.sqrt(tau2))
+                level[v] = pm.Normal(f"{v}_size", k0 + kN * n_size, pt.sqrt(tau2), dims="size")[size_s]
+            law_x, law_z, law_ell = level["lr"] + a_D * d_s, level["b"] + b_D * d_s, level["loss"] + g_D * d_s
+        else:
+            law_x = a0 + a_N * n_s + a_D * d_s
+            law_z = b0 + b_N * n_s + b_D * d_s
+            law_ell = g0 + g_N * n_s + g_D * d_s
         log_c_lr = c["c_lr0"] + c["c_lr_N"] * n_s + c["c_lr_D"] * d_s
         log_c_b = c["c_b0"] + c["c_b_N"] * n_s + c["c_b_D"] * d_s
 
@@ -166,3 +188,12 @@ def pt_const(x):
     import pytensor.tensor as pt
 
     return pt.as_tensor_variable(np.asarray(x, float))
+
+
+def posterior_agreement(a: dict[str, tuple[float, float]], b: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """Two samplers' posteriors of the same model compared by their means: `a`, `b` map a scalar's name to (posterior
+    mean, Monte Carlo standard error of that mean); z = (mean_a - mean_b) / sqrt(mcse_a^2 + mcse_b^2) per shared
+    name. Equal posteriors give |z| of a standard normal (max over 20-30 names ~2.5-3)."""
+    z = {k: (a[k][0] - b[k][0]) / float(np.hypot(a[k][1], b[k][1])) for k in sorted(set(a) & set(b))}
+    worst = max(z, key=lambda k: abs(z[k]))
+    return {"z": z, "max_abs_z": abs(z[worst]), "worst": worst, "n": len(z)}

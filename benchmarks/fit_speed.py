@@ -29,9 +29,16 @@ model sizes adds size scatter, at 1.5-1.7x the wall time: row 8) on Step Law's 1
    potential in float32 (``Surface.potential_dtype``; nutpie and blackjax run float64); this row is the same
    fit with ``potential_dtype="float64"``, timed as the second fit in its process (programs compiled).
 8. the default model, cold and warm (two processes sharing a new cache): ``scalinfer.fit(runs,
-   model="surface", ...)``, which on Step Law's eight model sizes adds size scatter (no PyMC twin: its rows
-   are for the cost of the default against the plain model, not against nutpie). Its min bulk ESS is over
-   the same quantities, the laws' intercepts and N slopes there drawn from their conditionals.
+   model="surface", ...)``, which on Step Law's eight model sizes adds size scatter. Its min bulk ESS is over
+   the same quantities, the laws' intercepts and N slopes there drawn from their conditionals;
+9. nutpie on the default model, cold, its own start: the PyMC twin with size scatter
+   (``build_model(..., size_scatter=True)``: the sizes' levels centered, as a PyMC user would write them; the
+   same joint distribution as scalinfer's, in another parameterization). Its log density is not scalinfer's
+   point by point (a change of variables), so the check is of the posteriors: the means of the shared scalars
+   (`_pymc_surface.posterior_agreement`, z-scores from their Monte Carlo standard errors).
+
+Rows 2, 3 and 8 are each the median (by wall) of ``--repeats`` (default 3) (cold, warm) pairs of processes, each
+pair with its own new cache; the JSON keeps every run's wall and ESS/s.
 
 Columns: *wall s* is the fit in the process (table preparation, MAP, compilation, sampling; Python imports and
 reading the CSV excluded; the JSON also has each process's wall); *compile s* is, for scalinfer cold, its wall
@@ -48,11 +55,11 @@ mean leapfrog steps per kept draw (warmup not included).
 nutpie sampling seconds), compilation excluded on both sides, against the better of nutpie's two runs.
 ``cold_wall_ratio_vs_nutpie`` is scalinfer's cold wall over nutpie's shorter cold wall, compilation included
 on both sides: its own start, or from our MAP with the MAP's cold wall added (a user of nutpie would have to
-find it). Against nutpie's default run alone they are ``..._vs_nutpie_default`` (with its own start, chains
+find it). Against nutpie's default run alone they are ``..._vs_nutpie_own_start`` (with its own start, chains
 of this posterior can stay in poorer modes, whose ESS is then meaningless). The machine may be shared: the JSON
 records the load average at the start, the end and around each process.
 
-    python benchmarks/fit_speed.py [--warmup 1000 --samples 1000 --chains 4 --cores 2 --no-blackjax]
+    python benchmarks/fit_speed.py [--warmup 1000 --samples 1000 --chains 4 --cores 2 --no-blackjax --repeats 3]
 
 ``--model chinchilla`` (or any other model that simulates from an (N, D) design) times repeated NUTS fits of
 one model to different data of the same shapes instead (what a calibration study, a test suite or a notebook
@@ -191,6 +198,16 @@ from scalinfer.models.surface.population import PRIOR_SETS
 MODEL = SURFACE.with_options(size_scatter=False)
 
 NAMES = list(SCALARS + SETTING)  # every sampled site of the model
+# the scalars both parameterizations of the default model (size scatter) have: their posterior means must agree
+AGREE = [n for n in SCALARS] + ["tau_lr_size", "tau_b_size", "tau_loss_size"]
+
+
+def means(post):
+    # {name: (posterior mean, its Monte Carlo standard error)} over AGREE
+    from arviz_stats import mcse
+    se = mcse(post[AGREE], sample_dims=["chain", "draw"], method="mean")
+    return {k: (float(post[k].values.mean()), float(se[k].values)) for k in AGREE}
+
 runs = scalinfer.load_runs(data_path, format=fmt)
 out = {"mode": mode, "n_runs": len(runs), "load_before": os.getloadavg()[0]}
 
@@ -227,6 +244,8 @@ if mode in ("map", "nuts"):
         out["diag"] = diag(post, f.divergences, post.sizes["chain"] * post.sizes["draw"])
         out["n_steps_mean"] = float(f.tree["sample_stats"]["n_steps"].values.mean())
         out["warmup_n_steps_mean"] = f.attrs["warmup_leapfrog_steps"] / (chains * max(warmup, 1))
+        if opt.get("default_model"):
+            out["means"] = means(post)
     else:
         params = {k: np.asarray(f.posterior[k].values)[0, 0] for k in NAMES}
         with open(opt["map_out"], "w") as fh:
@@ -244,8 +263,12 @@ elif mode == "nutpie":
     import pymc  # noqa: F401
     import _pymc_surface as P
     t0 = time.perf_counter()
-    data, const = MODEL.prepare(runs)
-    model = P.build_model(data, const, PRIOR_SETS[MODEL.prior])
+    if opt.get("default_model"):  # the twin of the default model: size scatter, centered levels
+        data, const = SURFACE.prepare(runs)
+        model = P.build_model(data, const, PRIOR_SETS[SURFACE.prior], size_scatter=True)
+    else:
+        data, const = MODEL.prepare(runs)
+        model = P.build_model(data, const, PRIOR_SETS[MODEL.prior])
     if opt.get("init"):  # start every chain at this point (scalinfer's MAP), not jittered
         with open(opt["init"]) as fh:
             start = {k: np.asarray(v, float) for k, v in json.load(fh).items()}
@@ -265,6 +288,8 @@ elif mode == "nutpie":
     out["warmup_n_steps_mean"] = float(trace.warmup_sample_stats["n_steps"].values.mean())
     # a chain stuck in a poorer mode shows as a lower mean log density
     out["chain_mean_logp"] = [float(v) for v in ss["logp"].mean("draw").values]
+    if opt.get("default_model"):
+        out["means"] = means(post)
 
 elif mode == "blackjax":
     from scalinfer.runtime import configure
@@ -339,6 +364,12 @@ def _child(mode: str, args, env: dict[str, str], **opt) -> dict:
     return out
 
 
+def _median(runs) -> dict:
+    """The run of median wall among an odd number of runs (the lower middle of an even number)."""
+    runs = sorted(runs, key=lambda r: r["wall_s"])
+    return runs[(len(runs) - 1) // 2]
+
+
 def surface_benchmark(args) -> None:
     if not Path(args.data).exists():
         sys.exit(f"dataset not found: {args.data} (the Step Law CSV is read in place, never copied)")
@@ -353,21 +384,31 @@ def surface_benchmark(args) -> None:
             return {"PYTENSOR_FLAGS": f"base_compiledir={fresh(name + '_pytensor')}",
                     "NUMBA_CACHE_DIR": fresh(name + "_numba")}
 
+        def cold_warm(**opt) -> tuple[dict, dict, dict]:
+            """`args.repeats` (cold, warm) pairs, each pair a new cache: the median cold and warm runs by wall, and
+            every run's wall and ESS/s."""
+            pairs = []
+            for i in range(args.repeats):
+                cache = fresh(f"cache_{len(os.listdir(tmp))}")
+                pairs.append((_child("nuts", args, {"SCALINFER_CACHE": cache}, **opt),
+                              _child("nuts", args, {"SCALINFER_CACHE": cache}, **opt)))
+            spread = {f"{k}_{x}": [r[j][x] if x == "wall_s" else r[j]["diag"]["ess_bulk_min"] / r[j]["timings"]["nuts_s"]
+                                   for r in pairs] for j, k in enumerate(("cold", "warm")) for x in ("wall_s", "ess_per_s")}
+            return _median(p[0] for p in pairs), _median(p[1] for p in pairs), spread
+
         map_point = str(Path(tmp) / "map_point.json")
         mp = _child("map", args, {"SCALINFER_CACHE": fresh("map_cache"), **pytensor_env("check")},
                     check=not args.no_check, map_out=map_point)
-        nuts_cache = fresh("nuts_cache")
-        cold = _child("nuts", args, {"SCALINFER_CACHE": nuts_cache})
-        warm = _child("nuts", args, {"SCALINFER_CACHE": nuts_cache})
+        cold, warm, spread = cold_warm()
         warm64 = None if args.no_float64 else _child("nuts", args, {"SCALINFER_CACHE": fresh("f64_cache")},
                                                     dtype="float64", repeat=True)
         npie = _child("nutpie", args, pytensor_env("nutpie"), backend=args.backend, cores=args.cores)
         npie_map = None if args.no_nutpie_from_map else _child(
             "nutpie", args, pytensor_env("nutpie_map"), backend=args.backend, cores=args.cores, init=map_point)
         bj = None if args.no_blackjax else _child("blackjax", args, {"SCALINFER_CACHE": fresh("blackjax_cache")})
-        ss_cache = fresh("size_scatter_cache")  # the default model (size scatter): cold, then warm
-        ss_cold = _child("nuts", args, {"SCALINFER_CACHE": ss_cache}, default_model=True)
-        ss_warm = _child("nuts", args, {"SCALINFER_CACHE": ss_cache}, default_model=True)
+        ss_cold, ss_warm, ss_spread = cold_warm(default_model=True)  # the default model (size scatter)
+        npie_ss = _child("nutpie", args, pytensor_env("nutpie_default"), backend=args.backend, cores=args.cores,
+                         default_model=True)
     load_end = os.getloadavg()
 
     compile_est = cold["wall_s"] - warm["wall_s"]
@@ -385,12 +426,17 @@ def surface_benchmark(args) -> None:
         rows.append(("scalinfer f64 (2nd fit)", warm64["wall_s"], warm64["xla_compile_s"], warm64["timings"]["nuts_s"],
                      warm64["diag"], eps["warm_float64"], warm64))
     eps["default_size_scatter_warm"] = ss_warm["diag"]["ess_bulk_min"] / ss_warm["timings"]["nuts_s"]
+    eps["nutpie_default_model"] = npie_ss["diag"]["ess_bulk_min"] / npie_ss["sampling_s"]
+    import _pymc_surface as P
+    agreement = P.posterior_agreement(ss_warm["means"], npie_ss["means"])
     rows += [
         ("default, size sc. cold", ss_cold["wall_s"], ss_cold["wall_s"] - ss_warm["wall_s"],
          ss_cold["timings"]["nuts_s"], ss_cold["diag"], ss_cold["diag"]["ess_bulk_min"] / ss_cold["timings"]["nuts_s"],
          ss_cold),
         ("default, size sc. warm", ss_warm["wall_s"], ss_warm["xla_compile_s"], ss_warm["timings"]["nuts_s"],
          ss_warm["diag"], eps["default_size_scatter_warm"], ss_warm),
+        ("nutpie default model", npie_ss["wall_s"], npie_ss["compile_s"], npie_ss["sampling_s"], npie_ss["diag"],
+         eps["nutpie_default_model"], npie_ss),
         ("nutpie cold", npie["wall_s"], npie["compile_s"], npie["sampling_s"], npie["diag"], eps["nutpie"], npie),
     ]
     if npie_map:
@@ -421,6 +467,12 @@ def surface_benchmark(args) -> None:
               f"{f(d and d['divergences'], '11d'):>11s} {f(r.get('n_steps_mean'), '10.0f'):>10s} "
               f"{r['load_before']:4.1f}->{r['load_after']:4.1f}")
     print(f"load average at end {load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f}")
+    print(f"scalinfer rows: the median of {args.repeats} (cold, warm) pairs by wall; every run:")
+    for name, sp in (("plain", spread), ("default", ss_spread)):
+        print(f"  {name:8s} " + "; ".join(f"{k} {', '.join(f'{v:.1f}' for v in vals)}" for k, vals in sp.items()))
+    print(f"default model: scalinfer (size scatter integrated out, `scalinfer.models.surface.size_scatter`) and "
+          f"the PyMC twin (centered levels) agree: max |z| of the posterior means {agreement['max_abs_z']:.2f} "
+          f"({agreement['worst']}) over {agreement['n']} scalars")
     print("compile s: scalinfer cold = cold wall - warm wall; MAP and warm = XLA compile s not from the cache; "
           "nutpie = model build + compile_pymc_model. sampling s: scalinfer = fit.timings['nuts_s'] (cold: "
           "includes compiling NUTS); nutpie = nutpie.sample. ESS/s = min bulk ESS / sampling s. nutpie from MAP: "
@@ -440,12 +492,18 @@ def surface_benchmark(args) -> None:
     report = {
         "ess_per_s_ratio_vs_nutpie": eps["warm"] / peer_eps,
         "cold_wall_ratio_vs_nutpie": cold["wall_s"] / peer_wall,
-        "ess_per_s_ratio_vs_nutpie_default": eps["warm"] / eps["nutpie"],
-        "cold_wall_ratio_vs_nutpie_default": cold["wall_s"] / npie["wall_s"],
+        "ess_per_s_ratio_vs_nutpie_own_start": eps["warm"] / eps["nutpie"],
+        "cold_wall_ratio_vs_nutpie_own_start": cold["wall_s"] / npie["wall_s"],
         "cold_wall_s": cold["wall_s"], "warm_wall_s": warm["wall_s"], "map_wall_s": mp["wall_s"],
         "default_size_scatter": {"cold_wall_s": ss_cold["wall_s"], "warm_wall_s": ss_warm["wall_s"],
                                  "ess_per_s_warm": eps["default_size_scatter_warm"],
-                                 "steps_per_draw": ss_warm["n_steps_mean"]},
+                                 "steps_per_draw": ss_warm["n_steps_mean"],
+                                 "ess_per_s_ratio_vs_nutpie": eps["default_size_scatter_warm"]
+                                 / eps["nutpie_default_model"],
+                                 "cold_wall_ratio_vs_nutpie": ss_cold["wall_s"] / npie_ss["wall_s"],
+                                 "nutpie_wall_s": npie_ss["wall_s"], "nutpie_steps_per_draw": npie_ss["n_steps_mean"],
+                                 "posterior_agreement": agreement, "repeats": ss_spread},
+        "repeats": args.repeats, "plain_repeats": spread,
         "compile_s_estimate": compile_est, "xla_compile_s_cold": cold["xla_compile_s"],
         "ess_per_s": eps, "nutpie_cold_wall_s": npie["wall_s"], "nutpie_compile_s": npie["compile_s"],
         "nutpie_sampling_s": npie["sampling_s"],
@@ -456,7 +514,8 @@ def surface_benchmark(args) -> None:
         "runs": {"scalinfer_cold": cold, "scalinfer_warm": warm, "scalinfer_map": mp,
                  "scalinfer_float64_second_fit": warm64, "nutpie_cold": npie,
                  "nutpie_from_map_cold": npie_map, "blackjax_cold": bj,
-                 "default_size_scatter_cold": ss_cold, "default_size_scatter_warm": ss_warm},
+                 "default_size_scatter_cold": ss_cold, "default_size_scatter_warm": ss_warm,
+                 "nutpie_default_model_cold": npie_ss},
     }
     if npie_map:
         report["ess_per_s_ratio_vs_nutpie_from_map"] = eps["warm"] / eps["nutpie_from_map"]
@@ -483,6 +542,8 @@ def main() -> None:
                    help="skip the nutpie row that starts every chain at scalinfer's MAP (surface)")
     p.add_argument("--no-check", action="store_true", help="skip the PyMC/NumPyro log-density check (surface)")
     p.add_argument("--no-float64", action="store_true", help="skip the scalinfer float64-potential row (surface)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="(cold, warm) pairs per scalinfer model, each a new cache; rows are the median (surface)")
     args = p.parse_args()
     surface = args.model == "surface"
     default_size = 1000 if surface else 500
