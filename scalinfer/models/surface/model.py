@@ -362,7 +362,7 @@ class Surface(Model):
         which = f"N = {new[0]:.3g}" + (f" and {new.size - 1} other N" if new.size > 1 else "")
         return [f"{which}: not a fitted model size. This fit takes every size to sit on the power law in N, so "
                 "its intervals there leave out how far a new size sits off it (on Step Law, held-out sizes' best "
-                "LR fell inside 6 of 13 such 90% intervals, 8 of 13 with size scatter); refit with "
+                "LR fell inside 7 of 13 such 90% intervals, 10 of 13 with size scatter); refit with "
                 "--size-scatter (Python: size_scatter=True) for intervals that carry it"]
 
     # ---- simulation -----------------------------------------------------------------------------------------
