@@ -45,19 +45,6 @@ DATASETS = ROOT.parent / "shared" / "datasets"
 
 
 
-def pytest_collection_modifyitems(config, items):
-    """Order the test scopes for ``--dist loadscope`` (its units: a module's functions, a class's methods; the
-    scheduler hands them out in this order, ``--no-loadscope-reorder`` in pyproject.toml) heaviest first: by
-    the number of ``slow`` tests in the scope, then by the number of tests. Dealt longest first, the scopes end
-    together on both workers; xdist's own order (most tests first) leaves the one-test notebook scopes, a
-    minute or two each, for the end, where one worker can wait on the other."""
-    scopes: dict[str, list] = {}
-    for item in items:
-        scopes.setdefault(item.nodeid.rsplit("::", 1)[0], []).append(item)
-    order = sorted(scopes.values(), key=lambda group: (-sum(i.get_closest_marker("slow") is not None for i in group),
-                                                      -len(group)))
-    items[:] = [item for group in order for item in group]
-
 def dataset(*parts: str) -> Path:
     """Path of a published dataset file; skips the test (with the reason) when it is not on this machine."""
     p = DATASETS.joinpath(*parts)
