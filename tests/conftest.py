@@ -44,7 +44,6 @@ ROOT = TESTS.parent
 DATASETS = ROOT.parent / "shared" / "datasets"
 
 
-
 def dataset(*parts: str) -> Path:
     """Path of a published dataset file; skips the test (with the reason) when it is not on this machine."""
     p = DATASETS.joinpath(*parts)
