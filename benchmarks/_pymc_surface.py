@@ -2,8 +2,8 @@
 benchmarks/fit_speed.py (issue #8).
 
 It takes the arrays and constants of ``scalinfer.models.surface.MODEL.with_options(size_scatter=False)
-.prepare(runs)``, so both models see the same centred data, and repeats that NumPyro model (without size
-scatter) term by term:
+.prepare(runs)`` (with ``size_scatter=True``, of the default model's), so both models see the same centred
+data, and repeats that NumPyro model term by term:
 
 - the same priors (the `scalinfer.models.surface.Priors` it is given: the fitted model's), under the same names;
   the unconstrained coordinates are the same too (HalfNormal and

@@ -56,7 +56,7 @@ mean leapfrog steps per kept draw (warmup not included).
 nutpie sampling seconds), compilation excluded on both sides, against the better of nutpie's two runs.
 ``cold_wall_ratio_vs_nutpie`` is scalinfer's cold wall over nutpie's shorter cold wall, compilation included
 on both sides: its own start, or from our MAP with the MAP's cold wall added (a user of nutpie would have to
-find it). Against nutpie's default run alone they are ``..._vs_nutpie_own_start`` (with its own start, chains
+find it). Against nutpie's own-start run alone they are ``..._vs_nutpie_own_start`` (with its own start, chains
 of this posterior can stay in poorer modes, whose ESS is then meaningless). The machine may be shared: the JSON
 records the load average at the start, the end and around each process.
 
@@ -200,7 +200,7 @@ MODEL = SURFACE.with_options(size_scatter=False)
 
 NAMES = list(SCALARS + SETTING)  # every sampled site of the model
 # the scalars both parameterizations of the default model (size scatter) have: their posterior means must agree
-AGREE = [n for n in SCALARS] + ["tau_lr_size", "tau_b_size", "tau_loss_size"]
+AGREE = list(SCALARS) + ["tau_lr_size", "tau_b_size", "tau_loss_size"]
 
 
 def means(post):
@@ -390,11 +390,13 @@ def surface_benchmark(args) -> None:
             every run's wall and ESS/s."""
             pairs = []
             for i in range(args.repeats):
-                cache = fresh(f"cache_{len(os.listdir(tmp))}")
+                cache = fresh(f"{'default' if opt else 'plain'}_cache_{i}")
                 pairs.append((_child("nuts", args, {"SCALINFER_CACHE": cache}, **opt),
                               _child("nuts", args, {"SCALINFER_CACHE": cache}, **opt)))
-            spread = {f"{k}_{x}": [r[j][x] if x == "wall_s" else r[j]["diag"]["ess_bulk_min"] / r[j]["timings"]["nuts_s"]
-                                   for r in pairs] for j, k in enumerate(("cold", "warm")) for x in ("wall_s", "ess_per_s")}
+            spread = {}
+            for j, k in enumerate(("cold", "warm")):
+                spread[f"{k}_wall_s"] = [p[j]["wall_s"] for p in pairs]
+                spread[f"{k}_ess_per_s"] = [p[j]["diag"]["ess_bulk_min"] / p[j]["timings"]["nuts_s"] for p in pairs]
             return _median(p[0] for p in pairs), _median(p[1] for p in pairs), spread
 
         map_point = str(Path(tmp) / "map_point.json")
