@@ -79,3 +79,26 @@ def test_no_finite_start_is_a_model_error():
 
     with pytest.raises(ModelError, match="not finite"):
         find_map(impossible, {"y": -np.ones(3)})
+
+
+def one_run_per_group(y=None):
+    """Each group's mean seen through one observation: the joint density grows without bound as sigma -> 0 with
+    every mu_g on its y_g (no maximum), though the posterior is proper."""
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    with numpyro.plate("group", y.shape[0]):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+        numpyro.sample("y", dist.Normal(mu, sigma), obs=y)
+
+
+def test_a_held_site_gives_the_mode_given_it_where_the_joint_has_none():
+    configure()
+    y = np.array([-1.2, -0.3, 0.4, 0.9, 1.7, 2.2])
+    free = find_map(one_run_per_group, {"y": y}, {"sigma": 0.5, "mu": np.zeros(6)})
+    assert not free.converged and float(free.params["sigma"]) < 0.05  # walks into the spike at sigma = 0
+    held = find_map(one_run_per_group, {"y": y}, {"sigma": 0.5, "mu": np.zeros(6)}, hold=("sigma",))
+    assert held.converged and held.held == ("sigma",)
+    assert float(held.params["sigma"]) == pytest.approx(0.5, rel=1e-12)  # kept at its start
+    # given sigma, mu_g's posterior is N(y_g / (1 + sigma^2), ...): its mode in closed form
+    np.testing.assert_allclose(held.params["mu"], y / (1 + 0.5 ** 2), rtol=1e-8)
+    with pytest.raises(ModelError, match="cannot hold tau"):
+        find_map(one_run_per_group, {"y": y}, {"sigma": 0.5}, hold=("tau",))

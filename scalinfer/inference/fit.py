@@ -67,7 +67,10 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     model : a model name (`scalinfer.models.MODEL_NAMES`) or a `Model`.
     method : ``"nuts"`` (default for Bayesian models), ``"map"`` (the mode, no intervals), ``"laplace"``
         (Gaussian around the mode: fast, approximate intervals) or the model's own (``classic``: bootstrap).
-    chains, warmup, samples : NUTS settings (``samples`` draws per chain after ``warmup``).
+    chains, warmup, samples : NUTS settings (``samples`` draws per chain after ``warmup``). NUTS starts its
+        chains from the Laplace approximation at the posterior mode; where the mode search does not converge
+        and the model names sites to hold (`Model.mode_held`: a joint density with no maximum), at the mode
+        given those sites at the model's start values (the fit's attribute ``map_held`` names them).
     seed : everything random follows from it.
     target_accept : NUTS's target acceptance probability (default: the model's `target_accept`, 0.9 for most).
     adapt : mass-matrix adaptation in NUTS's warmup (on coordinates scaled by the Laplace standard
@@ -110,8 +113,16 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     kwargs = m.model_kwargs(data, constants)
     _log(f"{m.name}: {len(runs)} runs; finding the posterior mode", quiet)
     point = find_map(m.model, kwargs, m.init_values(data, constants), seed=seed)
+    extra: dict[str, Any] = {}
+    if method == "nuts" and not point.converged and m.mode_held:
+        held = find_map(m.model, kwargs, m.init_values(data, constants), seed=seed, hold=m.mode_held)
+        if held.converged:  # NUTS starts from the mode given the held sites (`Model.mode_held`)
+            _log(f"{m.name}: the posterior-mode search did not converge; NUTS starts from the mode given "
+                 f"{', '.join(m.mode_held)} at the model's start value", quiet)
+            point = held
+            extra["map_held"] = ",".join(m.mode_held)
+    extra["map_converged"] = int(point.converged)
     t_map = time.perf_counter() - t0
-    extra: dict[str, Any] = {"map_converged": int(point.converged)}
     if method == "map":
         draws = {k: np.asarray(v)[None, None] for k, v in point.params.items()}
         tree = _to_tree(m, runs, data, constants, draws, None, kwargs, method, extra)

@@ -135,7 +135,8 @@ class PointFit:
     z : unconstrained parameters at the mode (a dict of arrays, as NUTS takes them in ``init_params``).
     params : constrained values at the mode (sampled sites and deterministics).
     potential : negative log joint density at the mode.
-    converged : whether the largest gradient component fell below 1e-3.
+    converged : whether the largest gradient component fell below 1e-3 (of the sites not held).
+    held : sites held at their start values (`find_map`'s `hold`): then `z` is the mode given them.
     objective : the potential and its gradient in flat unconstrained coordinates (`Objective`).
     """
 
@@ -143,6 +144,7 @@ class PointFit:
     potential: float
     converged: bool
     objective: Objective
+    held: tuple[str, ...] = ()
     _cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -187,18 +189,22 @@ class PointFit:
         return {k: np.asarray(v) for k, v in out.items()}
 
 
-def _newton(objective: Objective, x: np.ndarray, gtol: float, max_iter: int) -> tuple[np.ndarray, float, float]:
-    """Saddle-free damped Newton from `x` (see the module's docstring). Returns (x, potential, max |grad|)."""
+def _newton(objective: Objective, x: np.ndarray, gtol: float, max_iter: int, free: np.ndarray | None = None
+            ) -> tuple[np.ndarray, float, float]:
+    """Saddle-free damped Newton from `x` (see the module's docstring), moving only the coordinates where `free`
+    (a boolean mask; default all) is true. Returns (x, potential, max |grad| over the free coordinates)."""
+    free = np.ones(x.shape[0], bool) if free is None else np.asarray(free, bool)
     (fx,), (g,) = objective(x[None])
     for _ in range(max_iter):
-        if not np.all(np.isfinite(g)) or np.max(np.abs(g)) <= gtol:
+        if not np.all(np.isfinite(g)) or np.max(np.abs(g[free])) <= gtol:
             break
-        hess = objective.hessian(x, g)
+        hess = objective.hessian(x, g)[np.ix_(free, free)]
         if not np.all(np.isfinite(hess)):
             break
         w, V = np.linalg.eigh(hess)
         lam = np.maximum(np.abs(w), max(1e-10 * np.max(np.abs(w)), 1e-12))
-        step = -(V @ ((V.T @ g) / lam))
+        step = np.zeros_like(x)
+        step[free] = -(V @ ((V.T @ g[free]) / lam))
         slope = float(g @ step)  # < 0: |eigenvalues| make the step a descent direction
         for first in range(0, 60, objective.rows):  # step lengths 1, 1/2, ..., 2^-59, a batch at a time
             t = 0.5 ** np.arange(first, first + objective.rows)
@@ -210,14 +216,17 @@ def _newton(objective: Objective, x: np.ndarray, gtol: float, max_iter: int) -> 
             break
         k = int(np.argmax(ok))  # the longest step that decreases the potential enough
         x, fx, g = x + t[k] * step, float(ft[k]), gt[k]
-    gmax = float(np.max(np.abs(g))) if np.all(np.isfinite(g)) else np.inf
+    gmax = float(np.max(np.abs(g[free]))) if np.all(np.isfinite(g)) else np.inf
     return x, float(fx), gmax
 
 
 def find_map(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any] | None = None,
-             seed: int = 0, max_iter: int = 200, gtol: float = 1e-6) -> PointFit:
+             seed: int = 0, max_iter: int = 200, gtol: float = 1e-6, hold: tuple[str, ...] = ()) -> PointFit:
     """Minimize the potential starting from `init_values` (if given and the density is finite there) or from
-    the prior median. ``converged`` means the largest gradient component fell below 1e-3."""
+    the prior median. ``converged`` means the largest gradient component fell below 1e-3.
+
+    `hold`: sites kept at their start (`init_values`, else the prior median) while the others move: the mode of the density given
+    them, for a joint density with no maximum (`scalinfer.models.base.Model.mode_held`)."""
     dyn, static = split_kwargs(model_kwargs)
     strategies = (["value"] if init_values else []) + ["median"]
     objective = None
@@ -232,8 +241,15 @@ def find_map(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any]
     else:
         raise ModelError("the posterior density is not finite at the model's starting point nor at the prior "
                          "median; check the data's units")
-    x, fun, gmax = _newton(objective, x0, gtol, max_iter)
-    return PointFit(z=objective.unravel(x), potential=fun, converged=bool(gmax < 1e-3), objective=objective)
+    free = None
+    if hold:
+        missing = [k for k in hold if k not in objective.z_like]
+        if missing:
+            raise ModelError(f"cannot hold {', '.join(missing)} in the mode search: not a sampled site")
+        free = ~np.asarray(ravel_pytree({k: jnp.full(jnp.shape(v), k in hold) for k, v in objective.z_like.items()})[0])
+    x, fun, gmax = _newton(objective, x0, gtol, max_iter, free)
+    return PointFit(z=objective.unravel(x), potential=fun, converged=bool(gmax < 1e-3), objective=objective,
+                    held=tuple(hold))
 
 
 def laplace_draws(point: PointFit, n_draws: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray]:
