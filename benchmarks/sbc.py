@@ -57,8 +57,9 @@ Misspecification rows (`scalinfer.models.surface.simulate.Variant`; the populati
   size, half at the largest, about the middle).
 
 Fits: 2 chains x (300 warmup + 300 draws), not the CLI's 4 x (500 + 500), which costs ~3x as much per fit;
-R-hat and divergences are reported (``fits``). Every data set is a new program shape (its count of censored
-runs differs), so each fit compiles again. Ranks are of the
+R-hat and divergences are reported (``fits``). The converged and the diverged runs' arrays are each padded to the
+design's 495 rows and masked (`scalinfer.models.surface.data.pad_runs`): the count of censored runs differs between data sets, and without the
+padding every fit would compile its own programs. Ranks are of the
 truth among ``--rank-draws`` (99) draws thinned evenly from the posterior; uniformity by a chi-square test on
 ``--bins`` equal bins (``chi2_p``) and by whether the ranks' ECDF stays inside the 95% simultaneous band
 (`arviz_stats.ecdf_utils.ecdf_pit`, ``ecdf_in_band``). Parameters ranked: the natural exponents of eta* and B*,
@@ -109,6 +110,27 @@ def calibration_design() -> pd.DataFrame:
     rows = [(n, n * t, 2.0 ** a, 2.0 ** b) for n in d["N"] for t in d["tokens_per_param"]
             for a in d["log2_lr"] for b in d["log2_batch"]]
     return pd.DataFrame(rows, columns=["N", "D", "lr", "batch_tokens"])
+
+
+def padded_surface(rows: int, prior: str):
+    """The surface model (option ``prior``) fitting its runs padded to `rows` (`pad_runs`). A study's model: its
+    fits are not for saving (their log-likelihood group holds the padding's zeros)."""
+    import dataclasses
+
+    from scalinfer.models.surface import Surface
+    from scalinfer.models.surface.data import pad_runs
+
+    @dataclasses.dataclass(frozen=True)
+    class PaddedSurface(Surface):
+        rows: int = 0
+
+        def model_kwargs(self, data, constants):
+            return pad_runs(super().model_kwargs(data, constants), self.rows)
+
+        def options(self):
+            return {k: v for k, v in super().options().items() if k != "rows"}
+
+    return PaddedSurface(prior=prior, rows=rows)
 
 
 def centering(design: pd.DataFrame) -> dict[str, float]:
@@ -243,6 +265,7 @@ def main(argv=None) -> int:
         ap.error(f"--prior: {prior!r} is not one of {', '.join(PRIOR_SETS)}")
 
     design = calibration_design()
+    model = padded_surface(len(design), prior)
     c = centering(design)
     N_max = design["N"].max()
     N_T = np.array([r * N_max for r in RATIOS])
@@ -300,8 +323,8 @@ def main(argv=None) -> int:
             try:
                 runs = validate(df.drop(columns=["true_lr_opt", "true_batch_opt", "true_loss_opt"]),
                                 source=f"sbc data set {v} {seed}", kind="runs")
-                fit = scalinfer.fit(runs, model="surface", chains=args.chains, warmup=args.warmup,
-                                    samples=args.samples, seed=seed, prior=prior)
+                fit = scalinfer.fit(runs, model=model, chains=args.chains, warmup=args.warmup,
+                                    samples=args.samples, seed=seed)
             except ScalinferError as e:
                 fits["failed"] += 1
                 print(f"[{v} {k + 1}/{args.datasets}] seed {seed}: not fitted: {e}", flush=True)

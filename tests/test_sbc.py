@@ -81,3 +81,33 @@ def test_heteroscedastic_noise_grows_as_one_over_N():
         r = np.log(simulate(noisy, d, seed=1, variant=variant)["loss"].to_numpy()) - clean
         assert np.std(r[small]) / np.std(r[~small]) == pytest.approx(ratio, rel=0.15)
         assert np.std(r[~small]) == pytest.approx(0.01 / ratio ** 0.5, rel=0.15)
+
+
+def test_padded_runs_leave_the_density_unchanged():
+    """`scalinfer.models.surface.data.pad_runs` (the padding that lets sbc.py's data sets share one compiled
+    program): the masked rows add nothing, so the joint log density at the same parameters is the same (float64:
+    the sums differ only in rounding, 1e-9 relative is ~1e7 ulps of margin). Too many runs is a one-line error."""
+    import jax
+    from numpyro import handlers
+    from numpyro.infer.util import log_density
+
+    import scalinfer
+    from scalinfer.models.surface import MODEL
+    from scalinfer.models.surface.data import pad_runs
+
+    d = _grid([1e8, 2e8, 4e8], 2.0 ** np.arange(-12, -4), 2.0 ** np.arange(17, 21))
+    df = simulate({**TRUE_PARAMS, "diverge_above": 1.0}, d, seed=4)
+    runs = scalinfer.load_runs(df.drop(columns=["true_lr_opt", "true_batch_opt", "true_loss_opt"]))
+    data, c = MODEL.prepare(runs)
+    assert 0 < c["n_censored"] < len(df)
+    kw = MODEL.model_kwargs(data, c)
+    params = MODEL.init_values(data, c)
+    with jax.enable_x64(True):
+        plain, _ = log_density(handlers.seed(MODEL.model, 0), (), kw, params)
+        padded_kw = pad_runs(kw, len(df))
+        padded, _ = log_density(handlers.seed(MODEL.model, 0), (), padded_kw, params)
+    assert len(padded_kw["x_obs"]) == len(padded_kw["x_cens"]) == len(df)
+    assert padded_kw["obs_mask"].sum() + padded_kw["cens_mask"].sum() == len(df)
+    np.testing.assert_allclose(float(padded), float(plain), rtol=1e-9)
+    with pytest.raises(ModelError, match="cannot pad .* runs to 10 rows"):
+        pad_runs(kw, 10)

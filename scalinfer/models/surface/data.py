@@ -14,6 +14,8 @@ converged loss.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -21,7 +23,7 @@ from scalinfer.errors import ModelError
 from scalinfer.models.base import Arrays, tried_ranges
 from scalinfer.runs.schema import RunTable
 
-__all__ = ["DIVERGENCE_RATIO", "prepare_runs", "diverged_mask", "censor_levels", "require_lr_and_batch",
+__all__ = ["DIVERGENCE_RATIO", "RUN_ARRAYS", "pad_runs", "prepare_runs", "diverged_mask", "censor_levels", "require_lr_and_batch",
            "settings_of", "sizes_of"]
 
 #: the largest finite loss, relative to the best converged loss of its setting, still counted as converged
@@ -80,6 +82,29 @@ def prepare_runs(runs: RunTable, divergence_ratio: float, n_kind: str | None, si
         **tried_ranges(df),  # the LRs and batches tried at each size, for the answers' warnings
     }
     return data, constants
+
+
+#: the surface's per-run arrays of the converged (``obs``) and the diverged (``cens``) runs
+RUN_ARRAYS = {"obs": ("s_obs", "x_obs", "z_obs", "log_loss"),
+              "cens": ("s_cens", "x_cens", "z_cens", "log_level", "diverged_obs")}
+
+
+def pad_runs(kwargs: dict[str, Any], rows: int) -> dict[str, Any]:
+    """The surface model's keyword arguments with the converged and the diverged runs' arrays each padded to
+    `rows` (index 0, value 0; 1 for ``diverged_obs``) and masked (``obs_mask``, ``cens_mask``: the padding adds
+    nothing to the density). Every data set of one design then has the same shapes: one compiled program for all
+    (e.g. simulated data sets, whose counts of censored runs differ: benchmarks/sbc.py). Raises `ModelError` when
+    a part has more than `rows` runs."""
+    out = dict(kwargs)
+    for part, names in RUN_ARRAYS.items():
+        n = len(kwargs[names[0]])
+        if n > rows:
+            raise ModelError(f"cannot pad {n} {part} runs to {rows} rows")
+        for k in names:
+            a = np.asarray(kwargs[k])
+            out[k] = np.concatenate([a, np.full(rows - n, 1 if k == "diverged_obs" else 0, a.dtype)])
+        out[f"{part}_mask"] = np.arange(rows) < n
+    return out
 
 
 def diverged_mask(df: pd.DataFrame, s_idx: np.ndarray, divergence_ratio: float = DIVERGENCE_RATIO) -> np.ndarray:

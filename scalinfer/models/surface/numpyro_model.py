@@ -195,11 +195,14 @@ def _size_levels(p: dict[str, Any], n_size, h_N: float, ft, left_out: str | None
 
 def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, s_cens=None, x_cens=None,
                   z_cens=None, log_level=None, diverged_obs=None, h_N=1.0, h_D=1.0, size_scatter=False,
-                  design="full", prior="default"):
+                  design="full", prior="default", obs_mask=None, cens_mask=None):
     """The NumPyro model of the surface (`scalinfer.models.surface.model`'s math, this module's likelihood).
     `design`: a reduced design (``fixed_batch``, ``fixed_lr``) samples no site of the valley its table does not vary
     (`scalinfer.models.surface.design`). `prior`: ``"default"`` (`PRIORS`), ``"population"``
-    (`scalinfer.models.surface.population.POPULATION`) or a `Priors`."""
+    (`scalinfer.models.surface.population.POPULATION`) or a `Priors`. `obs_mask`, `cens_mask`: boolean arrays
+    beside the converged and the diverged runs' arrays; a run where they are False adds nothing to the density
+    (padding: a study that fits many tables of one design pads their arrays to one shape, so that one compiled
+    program serves them all, as benchmarks/sbc.py does; `Surface` itself never pads)."""
     pr = prior if isinstance(prior, Priors) else PRIOR_SETS[prior]
     p: dict[str, Any] = {}
     left_out, left_out_setting, left_out_law = LEFT_OUT[design]
@@ -255,10 +258,12 @@ def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, 
             p["eps_b"] = numpyro.sample("eps_b", dist.Normal(0.0, 1.0))
         p["ell"] = numpyro.sample("ell", dist.Normal(loss_law, tau_loss))
     mu, excess = surface_terms(p, n_s, d_s, s_obs, x_obs, z_obs, size_s)
+    noise = dist.StudentT(nu, mu, sigma0 + sigma1 * excess)
     with numpyro.plate("run", x_obs.shape[0]):
-        numpyro.sample("obs", dist.StudentT(nu, mu, sigma0 + sigma1 * excess), obs=log_loss)
+        numpyro.sample("obs", noise if obs_mask is None else noise.mask(obs_mask), obs=log_loss)
     if x_cens is not None and x_cens.shape[0] > 0:
         mu_c, excess_c = surface_terms(p, n_s, d_s, s_cens, x_cens, z_cens, size_s)
-        z = (mu_c - log_level) / (sigma0 + sigma1 * excess_c)
+        exceeds = Exceeds((mu_c - log_level) / (sigma0 + sigma1 * excess_c))
         with numpyro.plate("diverged_run", x_cens.shape[0]):
-            numpyro.sample("obs_censored", Exceeds(z), obs=diverged_obs)
+            numpyro.sample("obs_censored", exceeds if cens_mask is None else exceeds.mask(cens_mask),
+                           obs=diverged_obs)
