@@ -36,7 +36,8 @@ model sizes adds size scatter, at 1.5-1.7x the wall time: row 8) on Step Law's 1
    same joint distribution as scalinfer's, in another parameterization). Its log density is not scalinfer's
    point by point (a change of variables), so the check is of the posteriors: the means of the shared scalars
    (`_pymc_surface.posterior_agreement`, z-scores from their Monte Carlo standard errors), compared only when
-   both samplers converged (R-hat <= 1.01), as is the ESS/s ratio.
+   both samplers converged (R-hat <= 1.01), as are the ESS/s and cold-wall ratios (null otherwise; both
+   R-hats are in the JSON).
 
 Rows 2, 3 and 8 are each the median (by wall) of ``--repeats`` (default 3) (cold, warm) pairs of processes, each
 pair with its own new cache; the JSON keeps every run's wall and ESS/s.
@@ -510,7 +511,11 @@ def surface_benchmark(args) -> None:
                                  "steps_per_draw": ss_warm["n_steps_mean"],
                                  "ess_per_s_ratio_vs_nutpie": eps["default_size_scatter_warm"]
                                  / eps["nutpie_default_model"] if converged else None,
-                                 "cold_wall_ratio_vs_nutpie": ss_cold["wall_s"] / npie_ss["wall_s"],
+                                 # a wall to an unconverged run is not a like-for-like figure either
+                                 "cold_wall_ratio_vs_nutpie": ss_cold["wall_s"] / npie_ss["wall_s"]
+                                 if converged else None,
+                                 "rhat_max": ss_warm["diag"]["rhat_max"],
+                                 "nutpie_rhat_max": npie_ss["diag"]["rhat_max"],
                                  "nutpie_wall_s": npie_ss["wall_s"], "nutpie_steps_per_draw": npie_ss["n_steps_mean"],
                                  "posterior_agreement": agreement, "repeats": ss_spread},
         "repeats": args.repeats, "plain_repeats": spread,

@@ -58,8 +58,8 @@ Misspecification rows (`scalinfer.models.surface.simulate.Variant`; the populati
 
 Fits: 2 chains x (300 warmup + 300 draws), not the CLI's 4 x (500 + 500), which costs ~3x as much per fit;
 R-hat and divergences are reported (``fits``). The converged and the diverged runs' arrays are each padded to the
-design's 495 rows and masked (`scalinfer.models.surface.data.pad_runs`): the count of censored runs differs between data sets, and without the
-padding every fit would compile its own programs. Ranks are of the
+design's 495 rows and masked (`scalinfer.models.surface.data.pad_runs`): the count of censored runs differs
+between data sets, and without the padding every fit would compile its own programs. Ranks are of the
 truth among ``--rank-draws`` (99) draws thinned evenly from the posterior; uniformity by a chi-square test on
 ``--bins`` equal bins (``chi2_p``) and by whether the ranks' ECDF stays inside the 95% simultaneous band
 (`arviz_stats.ecdf_utils.ecdf_pit`, ``ecdf_in_band``). Parameters ranked: the natural exponents of eta* and B*,

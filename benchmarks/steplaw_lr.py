@@ -79,16 +79,17 @@ def from_fit(fit, ci: float) -> dict:
     return res
 
 
-def held_out_by_size(path: str, full, args, size_scatter: bool | None) -> dict:
-    """Fit N < N_k, predict each setting of N_k, for every size N_k after the first; count the 90% hits."""
+def held_out_by_size(path: str, full, args, model, options: dict, size_scatter: bool | None) -> dict:
+    """Fit N < N_k with `model` and its fit `options` (`backtest.surface_for`), predict each setting of N_k, for
+    every size N_k after the first; count the 90% hits."""
     import scalinfer
 
     sizes = sorted(full["N"].unique())
     rows, t0 = [], time.perf_counter()
     for N in sizes[1:]:
         runs = scalinfer.load_runs(path, format="steplaw", where=f"N < {float(N) * (1 - 1e-9)!r}")
-        fit = scalinfer.fit(runs, model=args.surface, chains=args.chains, warmup=args.warmup, samples=args.samples,
-                            seed=args.seed, **args.surface_options, size_scatter=size_scatter)
+        fit = scalinfer.fit(runs, model=model, chains=args.chains, warmup=args.warmup, samples=args.samples,
+                            seed=args.seed, **options, size_scatter=size_scatter)
         for D in sorted(full.loc[full["N"] == N, "D"].unique()):
             t = grid_truth_at(full, N, D)
             p = fit.predict(N=N, D=D, ci=args.ci)
@@ -160,20 +161,19 @@ def main(argv=None) -> int:
     truths = {D: grid_truth(full, D) for D in TARGET_D}
     runs = scalinfer.load_runs(args.dataset, format="steplaw", where="N <= 6e8")
     report: dict = {"n_runs_fit": len(runs), "load_before": os.getloadavg()[0], "prior": args.prior}
-    args.surface, args.surface_options = surface_for(next(d for d in DATASETS if d.name == "steplaw-dense"),
-                                                     args.prior)
+    model, options = surface_for(next(d for d in DATASETS if d.name == "steplaw-dense"), args.prior)
 
     t0 = time.perf_counter()
-    fit = scalinfer.fit(runs, model=args.surface, chains=args.chains, warmup=args.warmup, samples=args.samples,
-                        seed=args.seed, **args.surface_options)
+    fit = scalinfer.fit(runs, model=model, chains=args.chains, warmup=args.warmup, samples=args.samples,
+                        seed=args.seed, **options)
     wall = time.perf_counter() - t0
     s = fit.summary()
     rows = [evaluate("surface (this model)", from_fit(fit, args.ci), truths)]
     report["heldout"] = {"wall_s": wall, "load_after": os.getloadavg()[0], **_diag(fit, s),
                          "steps_per_draw": float(fit.tree["sample_stats"]["n_steps"].mean())}
     t0 = time.perf_counter()
-    fs = scalinfer.fit(runs, model=args.surface, chains=args.chains, warmup=args.warmup, samples=args.samples,
-                       seed=args.seed, **args.surface_options, size_scatter=False)
+    fs = scalinfer.fit(runs, model=model, chains=args.chains, warmup=args.warmup, samples=args.samples,
+                       seed=args.seed, **options, size_scatter=False)
     report["heldout_no_size_scatter"] = {"wall_s": time.perf_counter() - t0, **_diag(fs, fs.summary()),
                                          "steps_per_draw": float(fs.tree["sample_stats"]["n_steps"].mean())}
     rows.append(evaluate("surface, no size scatter", from_fit(fs, args.ci), truths))
@@ -219,7 +219,7 @@ def main(argv=None) -> int:
     if not args.skip_by_size:
         report["held_out_by_size"] = {}
         for name, flag in (("surface", None), ("surface, no size scatter", False)):
-            res = report["held_out_by_size"][name] = held_out_by_size(args.dataset, full, args, flag)
+            res = report["held_out_by_size"][name] = held_out_by_size(args.dataset, full, args, model, options, flag)
             print_by_size(name, res)
     if not args.skip_full:
         runs_all = scalinfer.load_runs(args.dataset, format="steplaw")

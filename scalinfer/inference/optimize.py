@@ -225,8 +225,8 @@ def find_map(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any]
     """Minimize the potential starting from `init_values` (if given and the density is finite there) or from
     the prior median. ``converged`` means the largest gradient component fell below 1e-3.
 
-    `hold`: sites kept at their start (`init_values`, else the prior median) while the others move: the mode of the density given
-    them, for a joint density with no maximum (`scalinfer.models.base.Model.mode_held`)."""
+    `hold`: sites kept at their start (`init_values`, else the prior median) while the others move: the mode of
+    the density given them, for a joint density with no maximum (`scalinfer.models.base.Model.mode_held`)."""
     dyn, static = split_kwargs(model_kwargs)
     strategies = (["value"] if init_values else []) + ["median"]
     objective = None

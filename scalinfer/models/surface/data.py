@@ -23,8 +23,8 @@ from scalinfer.errors import ModelError
 from scalinfer.models.base import Arrays, tried_ranges
 from scalinfer.runs.schema import RunTable
 
-__all__ = ["DIVERGENCE_RATIO", "RUN_ARRAYS", "pad_runs", "prepare_runs", "diverged_mask", "censor_levels", "require_lr_and_batch",
-           "settings_of", "sizes_of"]
+__all__ = ["DIVERGENCE_RATIO", "RUN_ARRAYS", "pad_runs", "prepare_runs", "diverged_mask", "censor_levels",
+           "require_lr_and_batch", "settings_of", "sizes_of"]
 
 #: the largest finite loss, relative to the best converged loss of its setting, still counted as converged
 DIVERGENCE_RATIO = 1.3
