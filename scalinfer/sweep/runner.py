@@ -351,10 +351,13 @@ def _relay(procs: list[subprocess.Popen], log_dir: Path, log, bar: _SweepProgres
                         bar.saw(line)
                         bar.write(f"[w{key.data}] {line}", log)
     finally:
+        sel.close()
         for f in files:
             f.close()
         for p in procs:
             p.wait()
+            if p.stderr is not None:  # the pipe read above: closed here, not left to the garbage collector
+                p.stderr.close()
 
 
 class _ParentWatch:
