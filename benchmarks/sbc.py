@@ -35,7 +35,8 @@ Two things are not the model's, both about runs the fit censors:
   diverged: the prior's valleys, C |u|^p with p up to 4, reach thousands of nats on a wide grid, which no run
   table holds (the loaders refuse a loss above 30).
 
-So the well-specified row is the model up to its censoring of diverged runs.
+So the well-specified row is the model up to its censoring of diverged runs. ``--no-divergence`` removes both
+(no simulated run diverges; the fit censors no run by its loss ratio), a diagnostic of what the censoring costs.
 
 Design (`CAL_DESIGN`): 3 model sizes (1e8, 2e8, 4e8) x 3 token budgets (20, 40, 80 tokens per parameter) = 9
 settings, LRs 2^-15..2^-5 by factors of 2 (11) x batches 2^15..2^23 tokens by factors of 4 (5): 495 runs. The
@@ -80,6 +81,7 @@ Prints one line per data set, a table per target ratio and variant, and as its L
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -115,8 +117,6 @@ def calibration_design() -> pd.DataFrame:
 def padded_surface(rows: int, prior: str):
     """The surface model (option ``prior``) fitting its runs padded to `rows` (`pad_runs`). A study's model: its
     fits are not for saving (their log-likelihood group holds the padding's zeros)."""
-    import dataclasses
-
     from scalinfer.models.surface import Surface
     from scalinfer.models.surface.data import pad_runs
 
@@ -240,6 +240,9 @@ def main(argv=None) -> int:
     ap.add_argument("--prior", default=None, help="the surface model's option prior, drawn from and fitted with "
                     "(default: the model's default)")
     ap.add_argument("--quick", action="store_true", help="3 data sets per variant, 2 x (150 + 150): a smoke run")
+    ap.add_argument("--no-divergence", action="store_true",
+                    help="a diagnostic: no simulated run diverges (diverge_above 100) and the fit censors none by "
+                    "its loss ratio (divergence_ratio 1e6); only losses above LOSS_CAP stay censored")
     args = ap.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     bad = [v for v in variants if v not in VARIANTS]
@@ -266,6 +269,8 @@ def main(argv=None) -> int:
 
     design = calibration_design()
     model = padded_surface(len(design), prior)
+    if args.no_divergence:
+        model = dataclasses.replace(model, divergence_ratio=1e6)
     c = centering(design)
     N_max = design["N"].max()
     N_T = np.array([r * N_max for r in RATIOS])
@@ -312,6 +317,8 @@ def main(argv=None) -> int:
     for k in range(args.datasets):  # data sets outer: an interrupted run has every variant at the same count
         seed = args.seed + k  # the same population draws in every variant: rows differ by the departure only
         q = draw_population(PRIOR_SETS[prior], c, np.random.default_rng([seed, 21]))
+        if args.no_divergence:
+            q["diverge_above"] = 100.0
         for v in variants:
             variant = draw_variant(v, np.random.default_rng([seed, 22]))
             df = simulate(q, design, seed=seed, variant=variant)
