@@ -112,10 +112,11 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
              "they come back from the persistent cache", quiet)
     kwargs = m.model_kwargs(data, constants)
     _log(f"{m.name}: {len(runs)} runs; finding the posterior mode", quiet)
-    point = find_map(m.model, kwargs, m.init_values(data, constants), seed=seed)
+    start = m.init_values(data, constants)
+    point = find_map(m.model, kwargs, start, seed=seed)
     extra: dict[str, Any] = {}
     if method == "nuts" and not point.converged and m.mode_held:
-        held = find_map(m.model, kwargs, m.init_values(data, constants), seed=seed, hold=m.mode_held)
+        held = find_map(m.model, kwargs, start, seed=seed, hold=m.mode_held)
         if held.converged:  # NUTS starts from the mode given the held sites (`Model.mode_held`)
             _log(f"{m.name}: the posterior-mode search did not converge; NUTS starts from the mode given "
                  f"{', '.join(m.mode_held)} at the model's start value", quiet)

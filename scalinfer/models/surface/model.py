@@ -145,7 +145,7 @@ class Surface(Model):
     observed = ("log_loss", "diverged_obs")
     #: the noise floor: with few runs per setting the joint density grows without bound as sigma0 -> 0 with each
     #: setting's valley through one of its runs (benchmarks/README.md, "why the (Mis)Fitting mode search
-    #: fails"), so NUTS then starts from the mode given sigma0 at `init_values`'
+    #: fails"), so NUTS then starts from the mode given sigma0 at its `init_values` value
     mode_held = ("sigma0",)
     dims = {**{k: ["setting"] for k in SETTING}, **{k: ["size"] for k in SIZE},
             **{f"{v}_size_line": ["law_dir"] for v in LAW_N}, **{f"{v}_size_resid": ["size_resid"] for v in LAW_N},
