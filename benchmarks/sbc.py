@@ -29,8 +29,9 @@ delta, p and kappa1 narrowed to what published sweeps say. The broad one (``--pr
 Two things are not the model's, both about runs the fit censors:
 
 - ``diverge_above`` (a run whose log LR lies that far above the optimal LR at its batch diverges) is drawn
-  Uniform(1, 2) log units: it is not a model parameter. The model censors a diverged run's loss above a level
-  it reads from the data (`scalinfer.models.surface.data`), a weaker statement than what happened;
+  Uniform(1, 2) log units: it is not a model parameter. The model censors a diverged run's loss above its
+  setting's best converged loss (`scalinfer.models.surface.data`): a weaker statement than what happened, true
+  whenever the valley rises above its noise one log unit past the optimum;
 - a simulated loss above `LOSS_CAP` (10 nats/token, a uniform guess over a 22k vocabulary) is recorded as
   diverged: the prior's valleys, C |u|^p with p up to 4, reach thousands of nats on a wide grid, which no run
   table holds (the loaders refuse a loss above 30).

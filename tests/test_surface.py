@@ -143,10 +143,12 @@ def test_divergence_ratio_and_censor_levels():
     s_idx, settings = settings_of(df)
     mask = Surface(divergence_ratio=1.3).diverged_mask(df, s_idx)
     assert mask.tolist() == [False, False, False, True, True]  # 6.9 > 1.3 * 2.9; NaN is flagged
-    levels = censor_levels(df["loss"].to_numpy(), mask, s_idx, np.log(df["lr"]).to_numpy(),
+    flagged = df["diverged"].to_numpy(bool) | ~np.isfinite(df["loss"].to_numpy())
+    levels = censor_levels(df["loss"].to_numpy(), mask, flagged, s_idx, np.log(df["lr"]).to_numpy(),
                            np.log(df["batch_tokens"]).to_numpy())
-    # both diverged runs are censored at the loss of the highest-LR converged run below them (2.95 at 4e-3)
-    assert np.isnan(levels[:3]).all() and levels[3] == levels[4] == 2.95
+    # the run above the ratio at the loss of the highest-LR converged run below it (2.95 at 4e-3): the valley
+    # rises there; the NaN run, which says nothing of its loss, at the setting's best (2.9)
+    assert np.isnan(levels[:3]).all() and levels[3] == 2.95 and levels[4] == 2.9
     assert len(settings) == 1
     with pytest.raises(ModelError, match="divergence_ratio"):
         Surface(divergence_ratio=0.9)

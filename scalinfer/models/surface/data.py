@@ -7,9 +7,17 @@ of the settings' best log losses.
 
 A run is *diverged* (`diverged_mask`) when marked ``diverged``, when its loss is not finite, or when its finite
 loss exceeds ``divergence_ratio`` times the best converged loss of its setting. Its loss, had it converged, is
-only known to exceed a level c_i (`censor_levels`): the loss of the highest-LR converged run below it at the
-same setting and batch (divergence happens on the high-LR side of the valley), else the setting's best
-converged loss.
+only known to exceed a level c_i (`censor_levels`):
+
+- a run marked diverged or without a finite loss: its setting's best converged loss (else the table's). What is
+  known is that its LR did not give the setting's best run, not how far up the valley's wall it lies:
+  divergence is an instability of the optimizer at that LR, not a loss. (A level read from a neighbouring run,
+  e.g. the highest-LR converged run below it, would claim that the valley rises between the two LRs, a claim
+  about the loss that the divergence does not make.)
+- a run diverged by its recorded loss (above the ratio, on either wall of the valley): the loss of the highest-LR
+  converged run below it at the same setting and batch, else its setting's best converged loss. That is less than
+  the threshold it crossed (``divergence_ratio`` times the best): the far-off runs, where the valleys' shape is
+  least exact, say only that the valley rises there, so that they do not set its far-field steepness.
 """
 
 from __future__ import annotations
@@ -54,7 +62,8 @@ def prepare_runs(runs: RunTable, divergence_ratio: float, n_kind: str | None, si
     m_D, h_D = _mid_half(log_D)
     m_lr, _ = _mid_half(log_lr)
     m_b, _ = _mid_half(log_b)
-    level = censor_levels(loss, diverged, s_idx, log_lr, log_b)
+    flagged = df["diverged"].to_numpy(bool) | ~np.isfinite(loss)
+    level = censor_levels(loss, diverged, flagged, s_idx, log_lr, log_b)
     best = _best_per_setting(loss, diverged, s_idx, len(settings))
     m_y = float(np.median(np.log(best[np.isfinite(best)])))
     ok, cens = ~diverged, diverged
@@ -67,7 +76,7 @@ def prepare_runs(runs: RunTable, divergence_ratio: float, n_kind: str | None, si
         "x_cens": log_lr[cens] - m_lr, "z_cens": log_b[cens] - m_b,
         "log_level": np.log(level[cens]) - m_y, "diverged_obs": np.ones(int(cens.sum()), dtype=np.int32),
     }
-    n_flagged = int((df["diverged"].to_numpy(bool) | ~np.isfinite(loss)).sum())
+    n_flagged = int(flagged.sum())
     constants = {
         "m_N": m_N, "h_N": h_N, "m_D": m_D, "h_D": h_D, "m_lr": m_lr, "m_b": m_b, "m_y": m_y,
         "max_N": float(np.exp(log_N.max())), "max_D": float(np.exp(log_D.max())),
@@ -129,18 +138,19 @@ def _best_per_setting(loss, diverged, s_idx, S) -> np.ndarray:
     return best
 
 
-def censor_levels(loss, diverged, s_idx, log_lr, log_b) -> np.ndarray:
-    """Censoring level (nats/token) of each diverged run: the loss of the highest-LR converged run below it at
-    the same setting and batch, else the setting's best converged loss, else the best converged loss of all."""
+def censor_levels(loss, diverged, flagged, s_idx, log_lr, log_b) -> np.ndarray:
+    """Censoring level (nats/token) of each diverged run, NaN elsewhere (the module docstring): for a run
+    `flagged` (marked diverged, or without a finite loss) its setting's best converged loss; for one diverged by
+    its recorded loss, the loss of the highest-LR converged run below it at the same setting and batch, else the
+    setting's best; where the setting has no converged run, the best of all."""
     ok = ~diverged & np.isfinite(loss)
     best = _best_per_setting(loss, diverged, s_idx, int(s_idx.max()) + 1)
     overall = float(np.min(loss[ok]))
     level = np.full(len(loss), np.nan)
     for i in np.flatnonzero(diverged):
         same = ok & (s_idx == s_idx[i]) & np.isclose(log_b, log_b[i]) & (log_lr < log_lr[i])
-        if same.any():
-            j = np.flatnonzero(same)[np.argmax(log_lr[same])]
-            level[i] = loss[j]
+        if same.any() and not flagged[i]:
+            level[i] = loss[np.flatnonzero(same)[np.argmax(log_lr[same])]]
         else:
             level[i] = best[s_idx[i]] if np.isfinite(best[s_idx[i]]) else overall
     return level
