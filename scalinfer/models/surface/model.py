@@ -207,7 +207,8 @@ class Surface(Model):
                 "n_size": tuple(float(v) for v in data["n_size"])}
 
     def init_values(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
-        """Per-setting best runs regressed on (n, d): rough laws for eta*, B*, L*; offsets from the residuals."""
+        """Per-setting best runs regressed on (n, d) (least squares, minimum-norm where n and d are collinear):
+        rough laws for eta*, B*, L*; offsets from the residuals."""
         S = len(data["n_s"])
         s, x, z, y = data["s_obs"], data["x_obs"], data["z_obs"], data["log_loss"]
         best = np.array([np.flatnonzero(s == k)[np.argmin(y[s == k])] if np.any(s == k) else -1 for k in range(S)])
@@ -217,7 +218,9 @@ class Surface(Model):
         for target, (c0, cN, cD), tau, eps in ((x, ("a0", "a_N", "a_D"), 0.3, "eps_lr"),
                                                (z, ("b0", "b_N", "b_D"), 0.3, "eps_b"),
                                                (y, ("g0", "g_N", "g_D"), 1.0, "ell")):
-            coef, *_ = np.linalg.lstsq(X, target[best[have]], rcond=None)
+            # rcond: where n and d are collinear (one token budget per parameter, D = k N) their slopes are not
+            # separable, and the minimum-norm split is the start, not one blown up by rounding
+            coef, *_ = np.linalg.lstsq(X, target[best[have]], rcond=1e-8)
             coef = np.where(np.isfinite(coef), coef, 0.0)
             out.update({c0: coef[0], cN: coef[1], cD: coef[2]})
             resid = np.zeros(S)
