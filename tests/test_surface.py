@@ -154,6 +154,22 @@ def test_divergence_ratio_and_censor_levels():
         Surface(divergence_ratio=0.9)
 
 
+def test_start_splits_collinear_n_and_d_slopes_evenly():
+    """One token budget per parameter count (D = 50 N) makes the standardized n and d equal: the laws' N and D
+    slopes are then not separable, and the start is the least-squares solution of minimum norm (equal halves of
+    the joint slope), not one blown up by rounding (it was +-4.5e13, and a MAP fit wandered off from there)."""
+    from scalinfer.models.surface import MODEL
+
+    rows = [(n, 50 * n, lr, b) for n in (2.1e8, 3.4e8, 5.4e8) for lr in 2.0 ** np.arange(-12, -5)
+            for b in 2.0 ** np.arange(17, 22)]
+    df = MODEL.simulate(MODEL.true_params(), pd.DataFrame(rows, columns=["N", "D", "lr", "batch_tokens"]), seed=0)
+    m = MODEL.with_options(size_scatter=False)
+    data, c = m.prepare(_runs(df))
+    start = m.init_values(data, c)
+    for k_N, k_D in (("a_N", "a_D"), ("b_N", "b_D"), ("g_N", "g_D")):
+        assert abs(start[k_N]) < 5 and start[k_N] == pytest.approx(start[k_D], abs=1e-6), (k_N, start[k_N], start[k_D])
+
+
 def test_prepare_errors_name_the_problem():
     from scalinfer.errors import ModelError
     from scalinfer.models.surface import MODEL
