@@ -379,7 +379,8 @@ def main(argv=None) -> int:
                     "rhat_above_1.01_by_variant": {v: int(np.sum(rmax[np.asarray(fits["variant"]) == v] > 1.01))
                                                    for v in variants}},
            "settings": {"prior": prior, "no_divergence": args.no_divergence, "datasets": args.datasets,
-                        "chains": args.chains, "warmup": args.warmup, "samples": args.samples, "rank_draws": L, "bins": args.bins, "seed": args.seed,
+                        "chains": args.chains, "warmup": args.warmup, "samples": args.samples, "rank_draws": L,
+                        "bins": args.bins, "seed": args.seed,
                         "design": {k: [float(x) for x in np.ravel(val)] for k, val in CAL_DESIGN.items()},
                         "n_runs_per_dataset": len(design), "targets_N": N_T.tolist(), "targets_D": D_T.tolist()},
            "total_wall_s": time.perf_counter() - t_all}

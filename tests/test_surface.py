@@ -136,6 +136,7 @@ def test_censored_runs_change_the_posterior():
 def test_divergence_ratio_and_censor_levels():
     from scalinfer.errors import ModelError
     from scalinfer.models.surface import Surface, censor_levels, settings_of
+    from scalinfer.models.surface.data import flagged_mask
 
     df = pd.DataFrame({"N": [1e8] * 5, "D": [1e9] * 5, "lr": [1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2],
                        "batch_tokens": [65536.0] * 5, "loss": [3.0, 2.9, 2.95, 6.9, np.nan],
@@ -143,7 +144,8 @@ def test_divergence_ratio_and_censor_levels():
     s_idx, settings = settings_of(df)
     mask = Surface(divergence_ratio=1.3).diverged_mask(df, s_idx)
     assert mask.tolist() == [False, False, False, True, True]  # 6.9 > 1.3 * 2.9; NaN is flagged
-    flagged = df["diverged"].to_numpy(bool) | ~np.isfinite(df["loss"].to_numpy())
+    flagged = flagged_mask(df)
+    assert flagged.tolist() == [False, False, False, False, True]  # 6.9 is a recorded loss, NaN says nothing
     levels = censor_levels(df["loss"].to_numpy(), mask, flagged, s_idx, np.log(df["lr"]).to_numpy(),
                            np.log(df["batch_tokens"]).to_numpy())
     # the run above the ratio at the loss of the highest-LR converged run below it (2.95 at 4e-3): the valley

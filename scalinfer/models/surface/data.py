@@ -32,7 +32,7 @@ from scalinfer.models.base import Arrays, tried_ranges
 from scalinfer.runs.schema import RunTable
 
 __all__ = ["DIVERGENCE_RATIO", "RUN_ARRAYS", "pad_runs", "prepare_runs", "diverged_mask", "censor_levels",
-           "require_lr_and_batch", "settings_of", "sizes_of"]
+           "flagged_mask", "require_lr_and_batch", "settings_of", "sizes_of"]
 
 #: the largest finite loss, relative to the best converged loss of its setting, still counted as converged
 DIVERGENCE_RATIO = 1.3
@@ -62,7 +62,7 @@ def prepare_runs(runs: RunTable, divergence_ratio: float, n_kind: str | None, si
     m_D, h_D = _mid_half(log_D)
     m_lr, _ = _mid_half(log_lr)
     m_b, _ = _mid_half(log_b)
-    flagged = df["diverged"].to_numpy(bool) | ~np.isfinite(loss)
+    flagged = flagged_mask(df)
     level = censor_levels(loss, diverged, flagged, s_idx, log_lr, log_b)
     best = _best_per_setting(loss, diverged, s_idx, len(settings))
     m_y = float(np.median(np.log(best[np.isfinite(best)])))
@@ -116,10 +116,15 @@ def pad_runs(kwargs: dict[str, Any], rows: int) -> dict[str, Any]:
     return out
 
 
+def flagged_mask(df: pd.DataFrame) -> np.ndarray:
+    """Runs that say nothing of their loss: marked ``diverged``, or without a finite loss."""
+    return df["diverged"].to_numpy(bool) | ~np.isfinite(df["loss"].to_numpy(float))
+
+
 def diverged_mask(df: pd.DataFrame, s_idx: np.ndarray, divergence_ratio: float = DIVERGENCE_RATIO) -> np.ndarray:
-    """Runs treated as diverged: flagged, non-finite loss, or loss > divergence_ratio x setting best."""
+    """Runs treated as diverged: flagged (`flagged_mask`), or loss > divergence_ratio x setting best."""
     loss = df["loss"].to_numpy(float)
-    flagged = df["diverged"].to_numpy(bool) | ~np.isfinite(loss)
+    flagged = flagged_mask(df)
     best = _best_per_setting(loss, flagged, s_idx, int(s_idx.max()) + 1)
     return flagged | (loss > divergence_ratio * best[s_idx])
 
