@@ -7,14 +7,16 @@ fit converged (R-hat, bulk ESS, divergent transitions against `scalinfer.inferen
 answer with its interval, units and the definition of each quantity, what the extrapolation figures mean, and
 the exact commands to run next.
 
-Its NUTS settings are ``scalinfer fit``'s defaults, 4 chains x (500 warmup + 500 draws), so that the first
-command it suggests reproduces its fit draw for draw: on this table they converge (R-hat <= 1.01, bulk ESS >= 400,
-no divergence: benchmarks/defaults.py), and fewer do not (300 + 300: R-hat 1.015, bulk ESS 343;
-benchmarks/README.md, "quickstart").
+Its NUTS settings are the manifest's, 4 chains x (500 warmup + 1,000 draws), and the first command it suggests
+passes those that are not ``scalinfer fit``'s defaults, so that it reproduces the quickstart's fit draw for draw.
+1,000 draws, not fit's default 500: at 500 the largest R-hat on this table is 1.005-1.020 from seed to seed (the
+settings' scatters tau_lr and tau_b mix slowest) and half the seeds miss R-hat <= 1.01 or bulk ESS >= 400; at
+1,000 every seed measured meets both (benchmarks/README.md, "quickstart").
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import shlex
 import sys
@@ -43,14 +45,20 @@ def _manifest() -> dict[str, Any]:
 
 def next_commands(q: dict[str, Any]) -> list[str]:
     """The shell commands that redo the quickstart's fit into a file and ask it more (the quickstart entry `q`
-    of the manifest)."""
+    of the manifest; the fit's NUTS settings where they are not `scalinfer.fit`'s defaults, which are the
+    CLI's)."""
+    from scalinfer.inference import fit
+
     table = shlex.quote(str(Path("data") / q["runs"]))
     where = q.get("where")
     where = "" if not where else f' --where "{where}"' if '"' not in where else f" --where {shlex.quote(where)}"
     fmt = f" --format {q['format']}" if q.get("format") else ""
+    defaults = inspect.signature(fit).parameters
+    nuts = "".join(f" --{k} {q[k]}" for k in ("chains", "warmup", "samples", "seed")
+                   if k in q and q[k] != defaults[k].default)
     t = q["targets"][0]
     at = " ".join(f"--{k} {_g(v)}" for k, v in t.items())
-    return [f"scalinfer fit {table}{fmt}{where} --model {q['model']} -o {FIT_FILE}",
+    return [f"scalinfer fit {table}{fmt}{where} --model {q['model']}{nuts} -o {FIT_FILE}",
             f"scalinfer summary {FIT_FILE}",
             f"scalinfer predict {FIT_FILE} {at}",
             f"scalinfer recommend {FIT_FILE} {at}",

@@ -275,3 +275,20 @@ def test_correlated_gaussian_draws_have_its_covariance():
     np.testing.assert_allclose(x.mean(0) / np.sqrt(np.diag(sigma)), 0.0, atol=0.15)
     # the adapted dense mass matrix undoes the correlation: short trajectories
     assert stats["num_steps"].mean() < 8
+
+
+def test_a_chains_start_carries_the_potential_and_its_gradient_in_w():
+    """The start's potential and gradient come from the mode search's batched program, in z; the chain moves
+    in w = (z - mean) / scale, so its gradient is scale * dU/dz. For x ~ N(0, SD): U = sum x^2 / (2 SD^2) +
+    const, dU/dw = scale * x / SD^2 (float64: exact to rounding)."""
+    from scalinfer.inference.nuts.sampler import _chain_starts
+
+    configure(2)
+    pre = Preconditioner.around({"x": np.array([0.5, -1.0, 2.0])}, np.array([2.0, 0.5, 3.0]))
+    w = np.array([[0.0, 0.0, 0.0], [1.0, -2.0, 0.5]])
+    first = _chain_starts(gauss, {"sd": SD}, {"x": np.zeros(3)}, pre, w)
+    x = pre.mean + pre.scale * w
+    const = np.sum(np.log(SD)) + 1.5 * np.log(2 * np.pi)
+    np.testing.assert_allclose(first.potential_energy, np.sum(x**2 / (2 * SD**2), 1) + const, rtol=1e-10)
+    np.testing.assert_allclose(first.potential_grad, pre.scale * x / SD**2, rtol=1e-10)
+    np.testing.assert_array_equal(first.position, w)

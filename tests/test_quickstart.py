@@ -53,3 +53,15 @@ def test_the_next_commands_are_commands_the_cli_takes(answer, tmp_path, monkeypa
         assert argv[0] == "scalinfer"
         args = parser.parse_args(argv[1:])  # exits (SystemExit) on a flag or choice it does not take
         assert args.func is not None
+
+
+def test_the_suggested_fit_command_runs_the_quickstarts_nuts_settings(answer, monkeypatch):
+    """The first next command redoes the quickstart's fit draw for draw: parsed by the CLI, its chains, warmup,
+    draws and seed are the quickstart's (the manifest's 1,000 draws are not the CLI's default, so the command
+    must say so)."""
+    monkeypatch.chdir(scalinfer.quickstart.data_dir().parent)  # the command's table path is the checkout's
+    args = build_parser().parse_args(shlex.split(answer["next"][0])[1:])
+    q = scalinfer.quickstart._manifest()["quickstart"]
+    assert (args.chains, args.warmup, args.samples, args.seed) == (answer["chains"], answer["warmup"],
+                                                                    answer["samples"], q["seed"])
+    assert answer["samples"] == 1000

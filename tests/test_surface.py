@@ -571,3 +571,17 @@ def test_law_figures_take_a_classic_fit(sim, tmp_path):
     assert plot(c, "lr-law", output=tmp_path / "classic.png").exists()
     with pytest.raises(ModelError, match="surface"):
         plot(c, "lr-valley")
+
+
+def test_the_models_beta_is_numpyros():
+    """The surface model's `Beta` (its log density written out for constant concentrations) gives NumPyro's
+    log density, to float64 rounding, inside the interval and for concentrations below and above 1."""
+    import jax
+    import numpyro.distributions as dist
+
+    from scalinfer.models.surface.numpyro_model import Beta
+
+    x = np.array([1e-9, 0.01, 0.3, 0.5, 0.99, 1 - 1e-9])
+    with jax.enable_x64(True):
+        for a, b in [(3.0, 3.0), (0.5, 2.0), (1.0, 1.0), (2.5, 0.7)]:
+            np.testing.assert_allclose(Beta(a, b).log_prob(x), dist.Beta(a, b).log_prob(x), rtol=1e-12, atol=1e-12)

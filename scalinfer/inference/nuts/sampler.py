@@ -3,10 +3,12 @@
 NumPyro's ``MCMC(...).run(rng, **data)`` maps over chains a function that closes over the data, so the data
 are constants of the compiled program: every table, even of the same shapes, compiles again, and the
 persistent compilation cache never hits across datasets. Here the program is a function of
-``(rng_key, init_w, preconditioner, data)``:
+``(rng_key, start, preconditioner, data)``:
 
 - the chain runs on coordinates w, z = mean + scale * w (`Preconditioner`), where z is the model's flat
-  unconstrained vector; the potential is `numpyro.infer.util.potential_energy(model, (), data, z)`;
+  unconstrained vector; the potential is `numpyro.infer.util.potential_energy(model, (), data, z)`; the
+  potential and its gradient at the chain's start come in with it (`ChainStart`), evaluated before the
+  program by the posterior-mode search's batched program, so that the gradient is compiled once, not twice;
 - each transition is NUTS (Hoffman and Gelman 2014, multinomial sampling of the trajectory as Betancourt
   2017): a momentum r = S eps drawn from the mass matrix's square root, then NumPyro's public tree builder
   `numpyro.infer.hmc_util.build_tree` over its `velocity_verlet` integrator with the step size and inverse
@@ -22,7 +24,8 @@ persistent compilation cache never hits across datasets. Here the program is a f
 
 The random keys split as NumPyro's ``MCMC.run`` and HMC kernel split them: where the adaptation's estimates
 are NumPyro's (every window but the short dense ones of `adaptation.shrunk_windows`), a chain's draws are
-those of NumPyro's NUTS on the same coordinates, number for number.
+those of NumPyro's NUTS on the same coordinates, number for number up to the rounding of the start's potential
+(evaluated in the data's float type, and batched).
 
 The potential can run in float32 while the integrator, the adaptation and the constrained draws stay in the
 data's type (`NutsConfig.potential_dtype`). Warmup builds its trees under a lower depth cap than sampling
@@ -181,6 +184,30 @@ def _cast(tree, dtype):
     return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x, tree)
 
 
+class ChainStart(NamedTuple):
+    """Where a chain starts: its position w (d,), and the potential energy and its gradient (in w) there.
+
+    `run_nuts` evaluates them before the program, with the batched program the posterior-mode search compiled
+    (`scalinfer.inference.optimize.Objective`), so that the NUTS program holds one copy of the gradient, the
+    one its leapfrog steps call: a second, for the start alone, cost as much compilation (seconds on CPU) as
+    the first."""
+
+    position: jax.Array
+    potential_energy: jax.Array
+    potential_grad: jax.Array
+
+
+def _chain_starts(model_fn: Callable, model_kwargs: dict[str, Any], like: dict[str, Any],
+                  preconditioner: Preconditioner, init_w: np.ndarray) -> ChainStart:
+    """The `ChainStart` of each row of `init_w` (chains, d): the potential at z = mean + scale * w and its
+    gradient in w, scale * dU/dz, evaluated in the data's float type."""
+    from scalinfer.inference.optimize import Objective
+
+    scale = np.asarray(preconditioner.scale, float)
+    pe, grad_z = Objective(model_fn, model_kwargs, like)(np.asarray(preconditioner.mean, float) + scale * init_w)
+    return ChainStart(init_w, pe, grad_z * scale)
+
+
 class _Loop(NamedTuple):
     """What the loop over warmup + sampling carries from one iteration (and one chunk of iterations) to the
     next: the chain, the adaptation and the parameters it set, the draws of w and their `NutsStats` so far,
@@ -208,23 +235,27 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig):
     dtype = None if config.potential_dtype is None else jnp.dtype(config.potential_dtype)
     warmup, samples = config.warmup, config.samples
 
-    def parts(rng_key, init_w, preconditioner: Preconditioner, data):
+    def parts(rng_key, first: ChainStart, preconditioner: Preconditioner, data):
         kwargs = join_kwargs(_cast(data, dtype), static)  # the potential's data in its precision, cast once
 
         def potential(w):
             return potential_energy(model_fn, (), kwargs, _cast(preconditioner.to_z(w), dtype))
 
-        init, step = nuts_kernel(potential, max(config.max_tree_depth, config.warmup_tree_depth))
-        adapt_init, adapt_update, adapt_final = window_adaptation(warmup, init_w.shape[0], config.adapt,
+        _, step = nuts_kernel(potential, max(config.max_tree_depth, config.warmup_tree_depth))
+        w0 = first.position
+        adapt_init, adapt_update, adapt_final = window_adaptation(warmup, w0.shape[0], config.adapt,
                                                                   config.target_accept)
 
         def fresh() -> _Loop:
             # the keys of NumPyro's HMC: one for the model's initialisation (unused here), three at the kernel's
-            # initialisation, of which the first is the chain's
-            chain = init(init_w, jax.random.split(jax.random.split(rng_key)[0], 3)[0])
+            # initialisation, of which the first is the chain's; the start's potential and gradient in the
+            # types the transitions carry them in
+            pe_type = jax.eval_shape(potential, w0).dtype
+            chain = ChainState(w0, first.potential_energy.astype(pe_type), first.potential_grad.astype(w0.dtype),
+                               jax.random.split(jax.random.split(rng_key)[0], 3)[0])
             adaptation = adapt_init()
             ftype, itype = jnp.result_type(float), jnp.result_type(int)
-            draws = jnp.zeros((samples,) + init_w.shape, init_w.dtype)
+            draws = jnp.zeros((samples,) + w0.shape, w0.dtype)
             stats = NutsStats(*(jnp.zeros(samples, t) for t in (bool, itype, ftype, ftype)))
             # warmup's tree sizes and step sizes (one slot at least: JAX refuses even a dropped write into an
             # empty array; sliced off below)
@@ -260,8 +291,8 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig):
         return draws, {**loop.stats._asdict(), "warmup_num_steps": loop.warm_steps[:warmup],
                        "warmup_step_size": loop.warm_step_size[:warmup]}
 
-    def scalinfer_nuts(rng_key, init_w, preconditioner: Preconditioner, data, loop: _Loop, start, stop):
-        fresh, body = parts(rng_key, init_w, preconditioner, data)
+    def scalinfer_nuts(rng_key, first: ChainStart, preconditioner: Preconditioner, data, loop: _Loop, start, stop):
+        fresh, body = parts(rng_key, first, preconditioner, data)
         loop = lax.cond(start == 0, lambda _: fresh(), lambda given: given, loop)
         loop = lax.fori_loop(start, stop, body, loop)
         shapes = jax.eval_shape(constrained, loop, preconditioner, data)
@@ -269,8 +300,8 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig):
                        lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
         return loop, *out
 
-    def loop_shapes(rng_key, init_w, preconditioner: Preconditioner, data) -> _Loop:
-        return jax.eval_shape(lambda *a: parts(*a)[0](), rng_key, init_w, preconditioner, data)
+    def loop_shapes(rng_key, first: ChainStart, preconditioner: Preconditioner, data) -> _Loop:
+        return jax.eval_shape(lambda *a: parts(*a)[0](), rng_key, first, preconditioner, data)
 
     return scalinfer_nuts, loop_shapes
 
@@ -290,15 +321,16 @@ def _nuts_program(model_fn, static, config: NutsConfig, chains: int, parallel: b
 
     mesh = Mesh(np.array(jax.local_devices()[:chains]), ("chain",))
 
-    def one_chain_per_device(keys, init_w, preconditioner, data, loop, start, stop):
-        out = fn(keys[0], init_w[0], preconditioner, data, jax.tree.map(lambda x: x[0], loop), start, stop)
+    def one_chain_per_device(keys, first, preconditioner, data, loop, start, stop):
+        first, loop = (jax.tree.map(lambda x: x[0], t) for t in (first, loop))
+        out = fn(keys[0], first, preconditioner, data, loop, start, stop)
         return jax.tree.map(lambda x: x[None], out)
 
-    def scalinfer_nuts_chains(keys, init_w, preconditioner, data, loop, start, stop):
+    def scalinfer_nuts_chains(keys, first, preconditioner, data, loop, start, stop):
         chain, everywhere = PartitionSpec("chain"), PartitionSpec()
         return jax.shard_map(one_chain_per_device, mesh=mesh,
                              in_specs=(chain, chain, everywhere, everywhere, chain, everywhere, everywhere),
-                             out_specs=chain, check_vma=False)(keys, init_w, preconditioner, data, loop, start, stop)
+                             out_specs=chain, check_vma=False)(keys, first, preconditioner, data, loop, start, stop)
 
     return jax.jit(scalinfer_nuts_chains), loop_shapes, NamedSharding(mesh, PartitionSpec("chain"))
 
@@ -385,6 +417,7 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     if preconditioner.sites != expected:
         raise ModelError(f"the preconditioner's sites {preconditioner.sites} are not init_params' {expected}")
     init_w = np.stack([preconditioner.to_w({k: v[c] for k, v in init.items()}) for c in range(chains)])
+    first = _chain_starts(model_fn, model_kwargs, like, preconditioner, init_w)
     config = NutsConfig(int(warmup), int(samples), adapt, float(target_accept), int(max_tree_depth),
                         int(max_tree_depth if warmup_tree_depth is None else warmup_tree_depth), potential_dtype)
     data, static = split_kwargs(model_kwargs)
@@ -392,7 +425,8 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     keys = jax.random.split(key, chains) if chains > 1 else key[None]  # as numpyro.infer.MCMC.run
     parallel = chain_method == "parallel" and chains > 1
     run, loop_shapes, loop_sharding = _nuts_program(model_fn, static, config, int(chains), parallel)
-    shapes = loop_shapes(jax.ShapeDtypeStruct(keys.shape[1:], keys.dtype), init_w[0], preconditioner, data)
+    shapes = loop_shapes(jax.ShapeDtypeStruct(keys.shape[1:], keys.dtype), jax.tree.map(lambda x: x[0], first),
+                         preconditioner, data)
     loop = jax.tree.map(lambda s: np.zeros(((chains,) if parallel else ()) + s.shape, s.dtype), shapes)
     if loop_sharding is not None:  # as the program returns it (an empty array, which XLA leaves unsplit, whole)
         loop = jax.tree.map(lambda x: jax.device_put(x, loop_sharding if x.size else loop_sharding.update(
@@ -403,13 +437,13 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     with tqdm(total=total * (1 if parallel else chains), file=sys.stderr, disable=not show, unit="it",
               dynamic_ncols=True, desc=f"NUTS, {chains} chains: starting", leave=True) as bar:
         if parallel:
-            outs = [_run_chunks(run, (keys, init_w, preconditioner, data), loop, warmup, samples, chunks, bar)]
+            outs = [_run_chunks(run, (keys, first, preconditioner, data), loop, warmup, samples, chunks, bar)]
         else:
             outs = []
             for c in range(chains):
                 bar.set_description_str(f"NUTS, chain {c + 1} of {chains}: starting", refresh=c > 0)
-                outs.append(_run_chunks(run, (keys[c], init_w[c], preconditioner, data), loop, warmup, samples,
-                                        chunks, bar))
+                outs.append(_run_chunks(run, (keys[c], jax.tree.map(lambda x: x[c], first), preconditioner, data),
+                                        loop, warmup, samples, chunks, bar))
     outs = jax.device_get(outs)
     draws, stats = outs[0] if parallel else jax.tree.map(lambda *xs: np.stack(xs), *outs)
     return {k: np.asarray(v) for k, v in draws.items()}, {k: np.asarray(v) for k, v in stats.items()}
