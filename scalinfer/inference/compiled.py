@@ -18,8 +18,9 @@ This module holds what the inference programs share:
   memory maps (never JAX's caches of the caller's own functions);
 - `model_sites`: what the model's sites are (names, types, supports), from an abstract trace that compiles
   nothing;
-- `log_likelihood`, `log_prior`: the pointwise log likelihood of each observed site and the log prior density
-  of each latent site at posterior draws, each one compiled, vectorised program.
+- `constrain`, `log_likelihood`, `log_prior`: the constrained values (deterministic sites included), the
+  pointwise log likelihood of each observed site and the log prior density of each latent site at posterior
+  draws, each one compiled, vectorised program.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["split_kwargs", "join_kwargs", "program", "release_if_crowded", "model_sites", "log_likelihood",
-           "log_prior", "tree_unraveler"]
+__all__ = ["split_kwargs", "join_kwargs", "program", "release_if_crowded", "model_sites", "constrain",
+           "log_likelihood", "log_prior", "tree_unraveler"]
 
 
 def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
@@ -199,6 +200,30 @@ def model_sites(model_fn: Callable, kwargs: dict[str, Any]) -> dict[str, dict[st
 
     jax.eval_shape(run, dynamic)
     return out
+
+
+@program
+def _constrain_program(model_fn, static):
+    import jax
+    from numpyro.infer.util import constrain_fn
+
+    def scalinfer_constrain(z, dyn):
+        return constrain_fn(model_fn, (), join_kwargs(dyn, static), z, return_deterministic=True, batch_ndims=1)
+
+    return jax.jit(scalinfer_constrain)
+
+
+def constrain(model_fn: Callable, z: dict[str, Any], kwargs: dict[str, Any], batch_ndims: int = 1
+              ) -> dict[str, np.ndarray]:
+    """`numpyro.infer.util.constrain_fn` at unconstrained draws `z` (site name -> array with `batch_ndims`
+    leading batch axes): the constrained value of every latent site and every deterministic site, as one
+    compiled program with the data as an argument (the batch axes flattened into one, so that the mode, a
+    Laplace approximation and NUTS's draws share it)."""
+    dynamic, static = split_kwargs(kwargs)
+    lead = np.shape(next(iter(z.values())))[:batch_ndims]
+    flat = {k: np.reshape(v, (-1, *np.shape(v)[batch_ndims:])) for k, v in z.items()}
+    out = _constrain_program(model_fn, static)(flat, dynamic)
+    return {k: np.asarray(v).reshape(*lead, *np.shape(v)[1:]) for k, v in out.items()}
 
 
 @program

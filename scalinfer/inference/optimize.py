@@ -33,10 +33,10 @@ from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.distributions import biject_to
 from numpyro.infer.initialization import init_to_median, init_to_value
-from numpyro.infer.util import constrain_fn, potential_energy
+from numpyro.infer.util import potential_energy
 
 from scalinfer.errors import ModelError
-from scalinfer.inference.compiled import join_kwargs, program, split_kwargs, tree_unraveler
+from scalinfer.inference.compiled import constrain, join_kwargs, program, split_kwargs, tree_unraveler
 
 __all__ = ["PointFit", "find_map", "laplace_draws", "laplace_flat"]
 
@@ -72,15 +72,6 @@ def _batch_program(model_fn, static):
         return jax.vmap(jax.value_and_grad(f))(flat)
 
     return jax.jit(scalinfer_potential)
-
-
-@program
-def _constrain_program(model_fn, static, batch_ndims: int):
-    def scalinfer_constrain(z, dyn):
-        return constrain_fn(model_fn, (), join_kwargs(dyn, static), z, return_deterministic=True,
-                            batch_ndims=batch_ndims)
-
-    return jax.jit(scalinfer_constrain)
 
 
 class Objective:
@@ -184,9 +175,7 @@ class PointFit:
 
     def constrain(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         """Constrained values (sampled sites and deterministics) at each row of `flat` (n, dim)."""
-        dyn, static = self.objective.dyn, self.objective.static
-        out = _constrain_program(self.model_fn, static, 1)(self.unravel(np.atleast_2d(flat)), dyn)
-        return {k: np.asarray(v) for k, v in out.items()}
+        return constrain(self.model_fn, self.unravel(np.atleast_2d(flat)), self.model_kwargs)
 
 
 def _newton(objective: Objective, x: np.ndarray, gtol: float, max_iter: int, free: np.ndarray | None = None

@@ -17,7 +17,8 @@ persistent compilation cache never hits across datasets. Here the program is a f
   into that state; building the tree here keeps the kernel stateless (`nuts_kernel`);
 - warmup (`scalinfer.inference.nuts.adaptation.window_adaptation`) and sampling run in one `lax.fori_loop`,
   collecting the draws of w and the `NutsStats`; the draws are then mapped to the constrained space
-  (deterministic sites included) with `numpyro.infer.util.constrain_fn`, the data again an argument;
+  (deterministic sites included) by a program of their own (`scalinfer.inference.compiled.constrain`, the data
+  again an argument);
 - chains are mapped over devices, one chain per device, when JAX has a device per chain: `jax.pmap` with
   the data broadcast, written as the `jit` of a `shard_map`; else they run one after another through the
   same compiled single-chain program.
@@ -45,11 +46,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from numpyro.infer.hmc_util import IntegratorState, build_tree, euclidean_kinetic_energy, velocity_verlet
-from numpyro.infer.util import constrain_fn, potential_energy
+from numpyro.infer.util import potential_energy
 from tqdm import tqdm
 
 from scalinfer.errors import ModelError
-from scalinfer.inference.compiled import join_kwargs, program, split_kwargs
+from scalinfer.inference.compiled import constrain, join_kwargs, program, split_kwargs, tree_unraveler
 from scalinfer.inference.nuts.adaptation import ADAPT, NutsConfig, NutsParameters, window_adaptation
 
 __all__ = ["run_nuts", "nuts_kernel", "Preconditioner", "ChainState", "NutsStats", "STAT_FIELDS",
@@ -223,15 +224,13 @@ class _Loop(NamedTuple):
 
 
 def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig):
-    """One chain, in chunks: ``(rng_key, init w, preconditioner, data, loop, start, stop) -> (loop,
-    constrained draws (samples, ...), stats)``.
+    """One chain, in chunks: ``(rng_key, first, preconditioner, data, loop, start, stop) -> loop``.
 
-    The program runs iterations ``start`` to ``stop`` of warmup + sampling, carrying `_Loop` in and out; at
-    ``start == 0`` it ignores the `loop` given (any value of its shapes, `_loop_shapes`) and starts the chain at
-    ``init w``. The constrained draws and the stats are computed when ``stop`` is the last iteration (zeros
-    before). One chunk of every iteration is the whole run; a few chunks let the caller report progress
-    between them with the same compiled program, and the same numbers: the chunks run the same loop body on
-    the same carry."""
+    The program runs iterations ``start`` to ``stop`` of warmup + sampling, carrying `_Loop` (the draws of w and
+    their stats among it) in and out; at ``start == 0`` it ignores the `loop` given (any value of its shapes,
+    `_loop_shapes`) and starts the chain at `first` (`ChainStart`). One chunk of every iteration is the whole
+    run; a few chunks let the caller report progress between them with the same compiled program, and the same
+    numbers: the chunks run the same loop body on the same carry."""
     dtype = None if config.potential_dtype is None else jnp.dtype(config.potential_dtype)
     warmup, samples = config.warmup, config.samples
 
@@ -284,21 +283,10 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig):
 
         return fresh, body
 
-    def constrained(loop: _Loop, preconditioner: Preconditioner, data):
-        full = join_kwargs(data, static)
-        draws = jax.vmap(
-            lambda w: constrain_fn(model_fn, (), full, preconditioner.to_z(w), return_deterministic=True))(loop.draws)
-        return draws, {**loop.stats._asdict(), "warmup_num_steps": loop.warm_steps[:warmup],
-                       "warmup_step_size": loop.warm_step_size[:warmup]}
-
     def scalinfer_nuts(rng_key, first: ChainStart, preconditioner: Preconditioner, data, loop: _Loop, start, stop):
         fresh, body = parts(rng_key, first, preconditioner, data)
         loop = lax.cond(start == 0, lambda _: fresh(), lambda given: given, loop)
-        loop = lax.fori_loop(start, stop, body, loop)
-        shapes = jax.eval_shape(constrained, loop, preconditioner, data)
-        out = lax.cond(stop == warmup + samples, lambda: constrained(loop, preconditioner, data),
-                       lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
-        return loop, *out
+        return lax.fori_loop(start, stop, body, loop)
 
     def loop_shapes(rng_key, first: ChainStart, preconditioner: Preconditioner, data) -> _Loop:
         return jax.eval_shape(lambda *a: parts(*a)[0](), rng_key, first, preconditioner, data)
@@ -350,13 +338,13 @@ def _chunks(warmup: int, samples: int, progress: bool) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
-def _run_chunks(run, args, loop, warmup: int, samples: int, chunks, bar) -> tuple:
+def _run_chunks(run, args, loop, warmup: int, samples: int, chunks, bar) -> _Loop:
     """Call the program over `chunks`, updating `bar` (tqdm) after each with the phase and the divergent
-    draws so far; returns its last output (draws, stats). The bar says "starting" until the first chunk
-    returns: that call also compiles the program when neither JAX's caches nor the persistent one hold it."""
+    draws so far; returns the loop's last state. The bar says "starting" until the first chunk returns: that
+    call also compiles the program when neither JAX's caches nor the persistent one hold it."""
     diverging = 0
     for start, stop in chunks:
-        loop, draws, stats = run(*args, loop, start, stop)
+        loop = run(*args, loop, start, stop)
         if bar.disable:
             continue
         if stop > warmup:  # the sampled draws' divergences (warmup iterations write slot 0, overwritten)
@@ -365,7 +353,7 @@ def _run_chunks(run, args, loop, warmup: int, samples: int, chunks, bar) -> tupl
                                 refresh=False)
         bar.set_postfix_str(f"{diverging} divergent", refresh=False)
         bar.update(stop - start)
-    return draws, stats
+    return loop
 
 
 def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict[str, Any], *, chains: int,
@@ -445,5 +433,12 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
                 outs.append(_run_chunks(run, (keys[c], jax.tree.map(lambda x: x[c], first), preconditioner, data),
                                         loop, warmup, samples, chunks, bar))
     outs = jax.device_get(outs)
-    draws, stats = outs[0] if parallel else jax.tree.map(lambda *xs: np.stack(xs), *outs)
-    return {k: np.asarray(v) for k, v in draws.items()}, {k: np.asarray(v) for k, v in stats.items()}
+    loop = outs[0] if parallel else jax.tree.map(lambda *xs: np.stack(xs), *outs)
+    stats = {**{k: np.asarray(v) for k, v in loop.stats._asdict().items()},
+             "warmup_num_steps": np.asarray(loop.warm_steps)[:, :warmup],
+             "warmup_step_size": np.asarray(loop.warm_step_size)[:, :warmup]}
+    # the draws of w in the model's constrained space, deterministic sites included: a program of its own (as
+    # part of the NUTS program it cost ~3x the compilation)
+    unravel = tree_unraveler({k: np.zeros(shape) for k, shape in preconditioner.sites})
+    z = unravel(np.asarray(preconditioner.mean) + np.asarray(preconditioner.scale) * np.asarray(loop.draws))
+    return constrain(model_fn, z, model_kwargs, batch_ndims=2), stats
