@@ -1,7 +1,7 @@
 """Does every model converge at the CLI's defaults on every bundled or published table it applies to? (#25)
 
 Fits each (dataset, model) pair a user would try first, as ``scalinfer fit TABLE --model M -o FIT.nc`` does
-(`scalinfer.fit` at its defaults: the model's method, 4 chains x (500 warmup + 500 draws), seed 0; one CPU
+(`scalinfer.fit` at its defaults: the model's method, 4 chains x (500 warmup + 1,000 draws), seed 0; one CPU
 device per chain, as the CLI asks), and prints a table: R-hat max and bulk ESS min over the scalar parameters,
 divergent transitions, wall seconds. A NUTS pair has converged when R-hat <= 1.01, bulk ESS >= 400 and fewer
 than 0.5% of its transitions diverged (the thresholds of `scalinfer.inference.fit.Fit.warnings` and the
@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "datasets"
 #: the CLI's defaults (``scalinfer fit --help``)
-CHAINS, WARMUP, SAMPLES, SEED = 4, 500, 500, 0
+CHAINS, WARMUP, SAMPLES, SEED = 4, 500, 1000, 0
 RHAT_MAX, ESS_MIN, DIVERGENT_MAX_PCT = 1.01, 400, 0.5
 
 

@@ -58,7 +58,7 @@ Misspecification rows (`scalinfer.models.surface.simulate.Variant`; the populati
 - ``heteroscedastic``: noise scale proportional to 1/N (``noise_N_exp`` = 1: twice the noise at the smallest
   size, half at the largest, about the middle).
 
-Fits: 2 chains x (300 warmup + 300 draws), not the CLI's 4 x (500 + 500), which costs ~3x as much per fit;
+Fits: 2 chains x (300 warmup + 300 draws), not the CLI's 4 x (500 + 1,000), which costs ~5x as much per fit;
 R-hat and divergences are reported (``fits``). The converged and the diverged runs' arrays are each padded to the
 design's 495 rows and masked (`scalinfer.models.surface.data.pad_runs`): the count of censored runs differs
 between data sets, and without the padding every fit would compile its own programs. Ranks are of the

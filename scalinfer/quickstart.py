@@ -7,11 +7,11 @@ fit converged (R-hat, bulk ESS, divergent transitions against `scalinfer.inferen
 answer with its interval, units and the definition of each quantity, what the extrapolation figures mean, and
 the exact commands to run next.
 
-Its NUTS settings are the manifest's, 4 chains x (500 warmup + 1,000 draws), and the first command it suggests
-passes those that are not ``scalinfer fit``'s defaults, so that it reproduces the quickstart's fit draw for draw.
-1,000 draws, not fit's default 500: at 500 the largest R-hat on this table is 1.005-1.020 from seed to seed (the
-settings' scatters tau_lr and tau_b mix slowest) and half the seeds miss R-hat <= 1.01 or bulk ESS >= 400; at
-1,000 it is 1.005-1.010 and the bulk ESS 736-963 over seeds 0-5 (benchmarks/README.md, "quickstart").
+Its NUTS settings are the manifest's, 4 chains x (500 warmup + 1,000 draws) (``scalinfer fit``'s defaults), and the
+first command it suggests passes any that are not fit's defaults, so that it reproduces the quickstart's fit draw
+for draw. 1,000 draws: at 500 the largest R-hat on this table is 1.005-1.020 from seed to seed (the settings'
+scatters tau_lr and tau_b mix slowest) and half the seeds miss R-hat <= 1.01 or bulk ESS >= 400; at 1,000 it is
+1.005-1.010 and the bulk ESS 736-963 over seeds 0-5 (benchmarks/README.md, "quickstart").
 """
 
 from __future__ import annotations

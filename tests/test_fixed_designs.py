@@ -100,7 +100,7 @@ def _cut_fit(vary: str):
     d = MODEL.default_design()  # 4 sizes x 3 budgets, 13 LRs x 7 batches
     d = d[d.batch_tokens == B0] if vary == "lr" else d[np.isclose(d.lr, ETA0)]
     df = MODEL.simulate(MODEL.true_params(), d, seed=5)
-    return scalinfer.fit(_runs(df), model="surface", seed=5)  # NUTS at its defaults: 4 chains, 500 + 500
+    return scalinfer.fit(_runs(df), model="surface", seed=5)  # NUTS at its defaults: 4 chains, 500 + 1,000
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def fixed_batch_fit():
 
 
 def _converged(f):
-    """The issue's criterion at the defaults (4 x 500 draws): R-hat <= 1.01, bulk ESS >= 400, < 0.5% divergent."""
+    """The issue's criterion at the defaults (4 x 1,000 draws): R-hat <= 1.01, bulk ESS >= 400, < 0.5% divergent."""
     s = {k: v for k, v in f.summary().items() if np.isfinite(v["r_hat"])}
     worst = max(s, key=lambda k: s[k]["r_hat"])
     assert s[worst]["r_hat"] <= 1.01, (worst, s[worst])

@@ -57,8 +57,8 @@ def test_the_next_commands_are_commands_the_cli_takes(answer, tmp_path, monkeypa
 
 def test_the_suggested_fit_command_runs_the_quickstarts_nuts_settings(answer, monkeypatch):
     """The first next command redoes the quickstart's fit draw for draw: parsed by the CLI, its chains, warmup,
-    draws and seed are the quickstart's (the manifest's 1,000 draws are not the CLI's default, so the command
-    must say so)."""
+    draws and seed are the quickstart's (the manifest's, which the command passes where they are not the CLI's
+    defaults)."""
     monkeypatch.chdir(scalinfer.quickstart.data_dir().parent)  # the command's table path is the checkout's
     args = build_parser().parse_args(shlex.split(answer["next"][0])[1:])
     q = scalinfer.quickstart._manifest()["quickstart"]

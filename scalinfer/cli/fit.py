@@ -151,7 +151,7 @@ def register(subparsers) -> None:
                    help="nuts, map, laplace or bootstrap (default: the model's, nuts; classic: bootstrap only)")
     s.add_argument("--chains", type=_chains, default=4, help=f"NUTS chains, 1 to {MAX_CHAINS} (default 4)")
     s.add_argument("--warmup", type=whole, default=500, help="NUTS warmup steps per chain, >= 0 (default 500)")
-    s.add_argument("--samples", type=count, default=500, help="draws per chain, >= 1 (default 500)")
+    s.add_argument("--samples", type=count, default=1000, help="draws per chain, >= 1 (default 1000)")
     s.add_argument("--seed", type=_seed, default=0, help="random seed, 0 to 2**32 - 1 (default 0)")
     s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="NUTS's progress bar on stderr (default: only when stderr is a terminal)")

@@ -56,7 +56,7 @@ def _log(msg: str, quiet: bool) -> None:
 
 @float64  # N ~ 1e12 to fractional powers; the caller's jax_enable_x64 is restored on return
 def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = None, chains: int = 4,
-        warmup: int = 500, samples: int = 500, seed: int = 0, adapt: str = "dense",
+        warmup: int = 500, samples: int = 1000, seed: int = 0, adapt: str = "dense",
         target_accept: float | None = None, warmup_tree_depth: int = WARMUP_TREE_DEPTH, quiet: bool = True,
         potential_dtype: str | None = None, progress: bool | None = None, **options: Any) -> Fit:
     """Fit `model` to `runs` and return a `Fit`.
@@ -67,7 +67,9 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     model : a model name (`scalinfer.models.MODEL_NAMES`) or a `Model`.
     method : ``"nuts"`` (default for Bayesian models), ``"map"`` (the mode, no intervals), ``"laplace"``
         (Gaussian around the mode: fast, approximate intervals) or the model's own (``classic``: bootstrap).
-    chains, warmup, samples : NUTS settings (``samples`` draws per chain after ``warmup``). NUTS starts its
+    chains, warmup, samples : NUTS settings (``samples`` draws per chain after ``warmup``; 4 x (500 + 1,000)
+        by default: at 500 draws the largest R-hat of a fit sits at the 1.01 line, passing or failing by seed,
+        on the quickstart's table and others: benchmarks/README.md, "defaults.py"). NUTS starts its
         chains from the Laplace approximation at the posterior mode; where the mode search does not converge
         and the model names sites to hold (`Model.mode_held`: a joint density with no maximum), at the mode
         given those sites at the model's start values (the fit's attribute ``map_held`` names them).
