@@ -3,7 +3,7 @@
 NumPyro's ``MCMC(...).run(rng, **data)`` maps over chains a function that closes over the data, so the data
 are constants of the compiled program: every table, even of the same shapes, compiles again, and the
 persistent compilation cache never hits across datasets. Here the program is a function of
-``(rng_key, start, preconditioner, data)``:
+``(rng_key, first, preconditioner, data)``:
 
 - the chain runs on coordinates w, z = mean + scale * w (`Preconditioner`), where z is the model's flat
   unconstrained vector; the potential is `numpyro.infer.util.potential_energy(model, (), data, z)`; the
@@ -52,6 +52,7 @@ from tqdm import tqdm
 from scalinfer.errors import ModelError
 from scalinfer.inference.compiled import constrain, join_kwargs, program, split_kwargs, tree_unraveler
 from scalinfer.inference.nuts.adaptation import ADAPT, NutsConfig, NutsParameters, window_adaptation
+from scalinfer.inference.optimize import Objective
 
 __all__ = ["run_nuts", "nuts_kernel", "Preconditioner", "ChainState", "NutsStats", "STAT_FIELDS",
            "MAX_DELTA_ENERGY"]
@@ -202,8 +203,6 @@ def _chain_starts(model_fn: Callable, model_kwargs: dict[str, Any], like: dict[s
                   preconditioner: Preconditioner, init_w: np.ndarray) -> ChainStart:
     """The `ChainStart` of each row of `init_w` (chains, d): the potential at z = mean + scale * w and its
     gradient in w, scale * dU/dz, evaluated in the data's float type."""
-    from scalinfer.inference.optimize import Objective
-
     scale = np.asarray(preconditioner.scale, float)
     pe, grad_z = Objective(model_fn, model_kwargs, like)(np.asarray(preconditioner.mean, float) + scale * init_w)
     return ChainStart(init_w, pe, grad_z * scale)
