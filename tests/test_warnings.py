@@ -26,7 +26,10 @@ from scalinfer.models.base import tried_at, tried_ranges
 @pytest.fixture(scope="module")
 def healthy(tmp_path_factory):
     runs = scalinfer.simulate("chinchilla", seed=6)
-    f = scalinfer.fit(runs, model="chinchilla", chains=2, warmup=300, samples=400, seed=6)
+    # a careful fit (warmup 500, target acceptance 0.95): at 2 x (300 + 400) and the model's 0.9 this seed's
+    # chains diverged twice once their start came from another compiled program (another path through the
+    # floating point, the same target), and the baseline must not
+    f = scalinfer.fit(runs, model="chinchilla", chains=2, warmup=500, samples=500, seed=6, target_accept=0.95)
     # short chains may already be flagged for low ESS; each test checks that its own damage shows up where it
     # was absent before (no divergences, nothing piled against a bound, no R-hat flag on alpha)
     assert f.divergences == 0 and not any("piles" in w or ("R-hat" in w and "alpha:" in w)
