@@ -436,8 +436,8 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     stats = {**{k: np.asarray(v) for k, v in loop.stats._asdict().items()},
              "warmup_num_steps": np.asarray(loop.warm_steps)[:, :warmup],
              "warmup_step_size": np.asarray(loop.warm_step_size)[:, :warmup]}
-    # the draws of w in the model's constrained space, deterministic sites included: a program of its own (as
-    # part of the NUTS program it cost ~3x the compilation)
+    # the draws of w in the model's constrained space, deterministic sites included: a program of its own, which
+    # compiles in a fraction of what the same code added to the NUTS program (benchmarks/README.md, "quickstart")
     unravel = tree_unraveler({k: np.zeros(shape) for k, shape in preconditioner.sites})
     z = unravel(np.asarray(preconditioner.mean) + np.asarray(preconditioner.scale) * np.asarray(loop.draws))
     return constrain(model_fn, z, model_kwargs, batch_ndims=2), stats
