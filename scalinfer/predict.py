@@ -16,17 +16,29 @@ __all__ = ["Prediction", "interval"]
 def interval(draws: np.ndarray, ci: float = 0.9, axis: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(median, lo, hi) of the equal-tailed `ci` interval over `axis` (NaN draws propagate as NaN). Infinite
     draws (a target out of some draws' reach) count as the largest (smallest) values: a quantile between a
-    finite draw and an infinite one is infinite (NumPy's interpolation gives NaN there: inf - inf)."""
-    draws = np.moveaxis(np.asarray(draws, float), axis, 0)
-    qs = [0.5, (1 - ci) / 2, (1 + ci) / 2]
-    with np.errstate(invalid="ignore"):
-        q = np.quantile(draws, qs, axis=0)
-    bad = (np.isnan(q) & ~np.isnan(draws).any(axis=0)).any(axis=0)  # the targets where inf - inf was taken
-    if bad.any():  # redo those targets' quantiles without interpolating into an infinite draw
-        sub = draws[:, bad]
-        lower, higher = (np.quantile(sub, qs, axis=0, method=m) for m in ("lower", "higher"))
-        q[:, bad] = np.where(np.isnan(q[:, bad]), np.where(np.isneginf(lower), lower, higher), q[:, bad])
-    return q[0], q[1], q[2]
+    finite draw and an infinite one is infinite (NumPy's interpolation gives NaN there: inf - inf).
+
+    The quantiles are NumPy's default (``method="linear"``: at position q (n - 1) of the sorted draws, linear
+    between its neighbours), computed from one sort along a contiguous axis: `numpy.quantile` partitions
+    around each requested position in turn, three times slower on a grid of targets."""
+    draws = np.asarray(draws, float)
+    n = draws.shape[axis]
+    if n == 0:
+        raise ValueError("interval: no draws")
+    s = np.sort(np.moveaxis(draws, axis, -1), axis=-1)  # a sorted copy, contiguous along the draws
+    nan = np.isnan(s[..., -1])  # NumPy sorts NaN last
+    out = []
+    for q in (0.5, (1 - ci) / 2, (1 + ci) / 2):
+        pos = (n - 1) * q
+        i = min(int(np.floor(pos)), n - 1)
+        g = pos - i
+        lower, higher = s[..., i], s[..., min(i + 1, n - 1)]
+        with np.errstate(invalid="ignore"):  # inf - inf: resolved below
+            diff = higher - lower
+            v = higher - diff * (1 - g) if g >= 0.5 else lower + diff * g  # NumPy's _lerp, for equal results
+        v = np.where(np.isnan(v) & ~nan, np.where(np.isneginf(lower), lower, higher), v)
+        out.append(np.where(nan, np.nan, v)[()])
+    return out[0], out[1], out[2]
 
 
 def _fmt(v: Any) -> str:

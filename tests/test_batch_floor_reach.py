@@ -107,6 +107,19 @@ def test_interval_of_draws_partly_out_of_reach_is_infinite_not_nan():
     assert interval(np.arange(1.0, 101.0)) == pytest.approx((50.5, 5.95, 95.05))  # finite draws: as before
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 100, 999, 4000])
+def test_interval_of_finite_draws_is_numpys_linear_quantile_to_the_bit(n):
+    # interval sorts once instead of calling np.quantile (three times faster on a grid of targets): on finite
+    # draws it must give NumPy's default ("linear") quantiles exactly, over any axis, at any credible mass
+    x = np.random.default_rng(n).lognormal(size=(n, 3, 4))
+    for ci in (0.5, 0.8, 0.9, 0.95, 0.99):
+        for axis in (0, 1):
+            y = np.moveaxis(x, 0, axis)
+            want = np.quantile(y, [0.5, (1 - ci) / 2, (1 + ci) / 2], axis=axis)
+            for got, w in zip(interval(y, ci, axis=axis), want):
+                np.testing.assert_array_equal(got, w)
+
+
 def test_text_answer_says_inf_where_the_json_says_null():
     # JSON has no infinity (null there); the text answer names it, not "nan" (a NaN draw still reads nan)
     from scalinfer.predict import Prediction
