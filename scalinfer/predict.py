@@ -48,6 +48,14 @@ def _fmt(v: Any) -> str:
     return "nan" if v is None else f"{v:.4g}"
 
 
+def _not_finite(draws) -> str:
+    """How many of a quantity's draws (at one target) are not finite, in words."""
+    if draws is None:
+        return "a draw is not finite"
+    d = np.asarray(draws, float)
+    return f"{int(np.sum(~np.isfinite(d)))} of {d.size} draws not finite"
+
+
 def _jsonable(x: Any) -> Any:
     x = np.asarray(x)
     if x.ndim == 0:
@@ -149,8 +157,9 @@ class Prediction:
             lines.append(f"{'prior sensitivity':>18}: unavailable ({ps['unavailable']})")
         elif ps:  # one target: a value per quantity (a grid's are in to_dict)
             lines.append(f"{'prior sensitivity':>18}: " + "; ".join(
+                f"{k} unknown ({_not_finite(self.draws.get(k))})" if s["most"] is None else
                 f"{k} {_fmt(s['prior'])} (likelihood {_fmt(s['likelihood'])}, most {s['most']})"
-                for k, s in ps.items() if isinstance(s["most"], str)))
+                for k, s in ps.items() if not isinstance(s["most"], list)))
         lines.extend(f"warning: {w}" for w in d["warnings"])
         return "\n".join(lines)
 

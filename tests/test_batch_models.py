@@ -258,3 +258,13 @@ def test_floor_table_coordinates_are_an_exact_change_of_variables():
     gap = data["target_loss"] - np.exp(v["log_L_inf"])[data["size"]]
     wall = np.array([np.min((np.exp(data["log_b"]) * gap)[data["size"] == g]) for g in range(2)])
     np.testing.assert_allclose(np.exp(v["log_c"]), wall * jax.nn.sigmoid(v["c_logit"]), rtol=1e-12)
+
+
+def test_batch_floor_names_the_prior_behind_each_sampling_coordinate():
+    # a table's fit samples a0_gap, c_logit and standardized deviations (the model's "Sampling"); the prior
+    # sensitivity named them as if they were priors a user had set
+    from scalinfer.models.batch import FLOOR
+
+    assert FLOOR.prior_label("a0_gap") == "a0 (sampled as a0_gap)"
+    assert "c0, c_N, tau_c" in FLOOR.prior_label("c_logit")
+    assert "tau_a" in FLOOR.prior_label("log_a_decentered") and FLOOR.prior_label("alpha") == "alpha"

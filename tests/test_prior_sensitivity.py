@@ -23,6 +23,7 @@ import scalinfer.models
 from scalinfer.inference.fit import fit, load_fit
 from scalinfer.inference.sensitivity import THRESHOLD, prior_sensitivity
 from scalinfer.models.base import Model
+from scalinfer.predict import Prediction
 from scalinfer.runs.schema import validate
 
 from conftest import run_cli
@@ -197,6 +198,12 @@ def test_grid_and_non_finite_draws(toy_model):
     s = prior_sensitivity(f.tree, {"mu": grid})["mu"]
     assert np.shape(s["prior"]) == (2,) and np.isfinite(s["prior"][0]) and np.isnan(s["prior"][1])
     assert list(s["diagnosis"]) == ["prior-dominated", "unknown"]
+    # no prior "moves" the undefined one: it was named after the first site, which a reader took for an answer
+    assert list(s["most"]) == ["mu", None] and list(s["most_label"]) == ["mu", None]
+    one = prior_sensitivity(f.tree, {"mu": grid[:, 1]})["mu"]
+    assert one["most"] is None and one["diagnosis"] == "unknown" and np.isnan(one["prior"])
+    text = Prediction({"mu": grid[:, 1]}, {"mu": "nats"}, {}, {}, prior_sensitivity={"mu": one}).to_text()
+    assert f"prior sensitivity: mu unknown (1 of {mu.size} draws not finite)" in text, text
     # predict computes it at one target by default, on a grid when asked
     assert f.predict(N=[1e9, 2e9], D=2e10).prior_sensitivity is None
     assert np.shape(f.predict(N=[1e9, 2e9], D=2e10, sensitivity=True).prior_sensitivity["mu"]["prior"]) == (2,)

@@ -239,6 +239,19 @@ class BatchFloor(BatchTableModel, LossCurve):
                      "curves": 1.0, **{f"size_N_{k}": float(v) for k, v in enumerate(sizes)}}
         return data, constants
 
+    def prior_label(self, site: str) -> str:
+        """The prior behind a sampling coordinate (see "Sampling"): ``a0_gap`` carries ``a0``'s prior (a
+        translation), ``c_logit`` and ``*_decentered`` a size's deviation from its law (``log_c``: c0, c_N, tau_c)."""
+        if site.endswith("_gap"):
+            return f"{site[:-len('_gap')]} (sampled as {site})"
+        if site == "c_logit":
+            return "log_c about its law (c0, c_N, tau_c; sampled as c_logit)"
+        if site.endswith("_decentered"):
+            name = site[:-len("_decentered")]
+            tau = {"log_L_inf": "tau_l", "log_a": "tau_a", "log_c": "tau_c"}.get(name, "its scatter")
+            return f"{name} about its law ({tau}; sampled as {site})"
+        return site
+
     def coords(self, data, constants):
         n = int(constants["n_sizes"])
         return {"size": [f"N={constants[f'size_N_{k}']:.4g}" for k in range(n)]}
