@@ -72,7 +72,8 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         on the quickstart's table and others: benchmarks/README.md, "defaults.py"). NUTS starts its
         chains from the Laplace approximation at the posterior mode; where the mode search does not converge
         and the model names sites to hold (`Model.mode_held`: a joint density with no maximum), at the mode
-        given those sites at the model's start values (the fit's attribute ``map_held`` names them).
+        given the fewest of those sites, in their order, for which the search converges, held at the model's
+        start values (the fit's attribute ``map_held`` names them).
     seed : everything random follows from it.
     target_accept : NUTS's target acceptance probability (default: the model's `target_accept`, 0.9 for most).
     adapt : mass-matrix adaptation in NUTS's warmup (on coordinates scaled by the Laplace standard
@@ -117,13 +118,16 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     start = m.init_values(data, constants)
     point = find_map(m.model, kwargs, start, seed=seed)
     extra: dict[str, Any] = {}
-    if method == "nuts" and not point.converged and m.mode_held:
-        held = find_map(m.model, kwargs, start, seed=seed, hold=m.mode_held)
-        if held.converged:  # NUTS starts from the mode given the held sites (`Model.mode_held`)
-            _log(f"{m.name}: the posterior-mode search did not converge; NUTS starts from the mode given "
-                 f"{', '.join(m.mode_held)} at the model's start value", quiet)
-            point = held
-            extra["map_held"] = ",".join(m.mode_held)
+    if method == "nuts" and not point.converged:
+        for k in range(1, len(m.mode_held) + 1):
+            hold = m.mode_held[:k]  # the fewest sites held that give a mode (`Model.mode_held`), in their order
+            held = find_map(m.model, kwargs, start, seed=seed, hold=hold)
+            if held.converged:
+                _log(f"{m.name}: the posterior-mode search did not converge; NUTS starts from the mode given "
+                     f"{', '.join(hold)} at the model's start value", quiet)
+                point = held
+                extra["map_held"] = ",".join(hold)
+                break
     extra["map_converged"] = int(point.converged)
     t_map = time.perf_counter() - t0
     if method == "map":

@@ -72,9 +72,10 @@ class Model(abc.ABC):
     potential_dtype: ClassVar[str | None] = None
     #: NUTS's target acceptance probability unless the caller gives one
     target_accept: ClassVar[float] = 0.9
-    #: sites held at their `init_values` in a second search for NUTS's start when the posterior-mode search does
+    #: sites held at their `init_values` in further searches for NUTS's start when the posterior-mode search does
     #: not converge: a joint density may have no maximum (a noise scale shrinking to 0 while each setting's
-    #: optimum sits on one of its runs) though the posterior is proper; its start is then the mode given them
+    #: optimum sits on one of its runs) though the posterior is proper; its start is then the mode given the
+    #: first of them, else given the first two, and so on (the fewest held that give a mode)
     mode_held: ClassVar[tuple[str, ...]] = ()
     #: keys of `prepare`'s data that are observed values (the fit file's ``observed_data`` group)
     observed: ClassVar[tuple[str, ...]] = ("log_loss",)
