@@ -10,21 +10,22 @@ universe is spent:
 - ``suggest``: ``--per-round`` remaining runs chosen jointly by `scalinfer.suggest.suggest` with ``picks``: one
   after another, each the highest expected reduction of the posterior variance of log lr_opt at the target per
   FLOP given the picks before it (the believer rule: a pick's predictive-mean outcome reweights the draws);
-  its weights thin out with every pick, so rounds are small (default 16; `suggest` warns when the weights'
-  ESS falls under 100);
+  its weights thin out with every pick (default 32 a round; `suggest` warns when the weights' ESS falls under
+  100);
 - ``random``: uniformly among the remaining runs (seeded);
 - ``grid``: the file's order (size by size, budget by budget, LR by batch): a sweep run as it is listed.
 
 The rounds run round-major (each strategy buys its round before any buys the next), so a run cut short still
 compares the strategies at equal rounds.
 
-Refits are short NUTS (``--chains`` x (``--warmup`` + ``--samples``), default 2 x (250 + 250)), not the full
-4 x (500 + 1,000): the interval widths are then noisier by a few percent, the same for every strategy. The cost
+Refits are NUTS at fit's defaults (``--chains`` x (``--warmup`` + ``--samples``), 4 x (500 + 1,000)): shorter
+refits (2 x (250 + 250) until 2026-12-03) made each strategy's width swing by 20-40% from one round to the next
+while its data only grew, more than the 10% goal; each round's line gives the refit's R-hat max. The cost
 of a strategy is the FLOPs of the runs it bought beyond the seed design (6 N D each); the JSON last line gives
 ``flops_ratio_vs_random`` and ``flops_ratio_vs_grid`` (suggest's over theirs; a strategy that never reaches the
 width counts as the whole universe's FLOPs, and ``reached`` says which did).
 
-    nice -n 10 .venv/bin/python benchmarks/suggest_replay.py [--per-round 16] [--max-rounds 12] [--quick]
+    nice -n 10 .venv/bin/python benchmarks/suggest_replay.py [--per-round 32] [--max-rounds 10] [--quick]
         [--full-width HI_OVER_LO]
 
 Reads ``../shared/datasets/steplaw/dense_runs.csv`` (relative to the repository root).
@@ -51,15 +52,21 @@ def width(fit) -> float:
     return float(hi / lo)
 
 
+def fit_rhat(fit) -> float:
+    """The largest R-hat over the fit's scalar parameters (a refit whose chains disagree gives a width that says
+    more about the sampler than about the runs bought)."""
+    return float(max(v["r_hat"] for v in fit.summary().values() if np.isfinite(v["r_hat"])))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", default=str(DATASET))
     ap.add_argument("--seed-runs", type=int, default=4, help="runs per setting in the seed design")
-    ap.add_argument("--per-round", type=int, default=16, help="runs bought per round")
-    ap.add_argument("--max-rounds", type=int, default=12)
-    ap.add_argument("--chains", type=int, default=2)
-    ap.add_argument("--warmup", type=int, default=250)
-    ap.add_argument("--samples", type=int, default=250)
+    ap.add_argument("--per-round", type=int, default=32, help="runs bought per round")
+    ap.add_argument("--max-rounds", type=int, default=10)
+    ap.add_argument("--chains", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=500)
+    ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--full-width", type=float, default=None,
                     help="the full grid's hi/lo, measured before (skips its fit)")
@@ -86,7 +93,12 @@ def main(argv=None) -> int:
         return scalinfer.fit(runs, model="surface", chains=args.chains, warmup=args.warmup, samples=args.samples,
                              seed=args.seed, quiet=True)
 
-    w_full = args.full_width or width(refit(range(len(full))))
+    if args.full_width:
+        w_full = args.full_width
+    else:
+        full_fit = refit(range(len(full)))
+        w_full = width(full_fit)
+        print(f"full grid fit: R-hat max {fit_rhat(full_fit):.3f}, {full_fit.divergences} divergent", flush=True)
     goal = float(np.exp(1.1 * np.log(w_full)))
     print(f"full grid: {len(full)} runs, lr_opt 90% hi/lo at N={TARGET_N:.4g}, D={TARGET_D:.3g}: {w_full:.3f}; "
           f"goal <= {goal:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
@@ -96,7 +108,8 @@ def main(argv=None) -> int:
     seed_flops = float(flops[seed_idx].sum())
     fit0 = refit(seed_idx)
     w0 = width(fit0)
-    print(f"seed design: {len(seed_idx)} runs, {seed_flops:.3g} FLOPs, hi/lo {w0:.3f}", flush=True)
+    print(f"seed design: {len(seed_idx)} runs, {seed_flops:.3g} FLOPs, hi/lo {w0:.3f} (R-hat max "
+          f"{fit_rhat(fit0):.3f})", flush=True)
 
     # round-major: every strategy buys its round before any buys the next, so a cut-short run compares them fairly
     state = {k: {"have": list(seed_idx), "fit": fit0, "w": w0, "spent": 0.0, "trace": [], "done": False}
@@ -128,9 +141,12 @@ def main(argv=None) -> int:
             st["spent"] += float(flops[picks].sum())
             st["fit"] = refit(have)
             st["w"] = width(st["fit"])
-            st["trace"].append({"round": rnd + 1, "runs": len(have), "flops": st["spent"], "width": st["w"]})
+            rhat = fit_rhat(st["fit"])
+            st["trace"].append({"round": rnd + 1, "runs": len(have), "flops": st["spent"], "width": st["w"],
+                                "r_hat_max": rhat, "divergences": int(st["fit"].divergences)})
             print(f"{strategy:>8} round {rnd + 1}: {len(have)} runs, +{st['spent']:.3g} FLOPs, hi/lo {st['w']:.3f} "
-                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+                  f"(R-hat max {rhat:.3f}, {st['fit'].divergences} divergent; {time.perf_counter() - t0:.0f} s)",
+                  flush=True)
     results = {}
     for strategy, st in state.items():
         reached = bool(np.log(st["w"]) <= 1.1 * np.log(w_full))
