@@ -16,9 +16,8 @@ by finite differences from alpha = 0.99 and 1.01:
 
 A quantity with a draw that is not finite (a target some draws cannot reach: `batch-floor`'s batch sizes where
 the floor lies above the target) has no sensitivity: the CJS, an integral over q, cannot place an atom at
-infinity, and setting it at the largest finite draw makes the number depend on how far out that draw lies (on a
-batch-floor fit of Zhang et al., 22 infinite draws of 4,000 took batch_opt's prior sensitivity from 0.46, with
-them at the median, to 0.85). Its values are NaN, its site None and its diagnosis ``"unknown"``.
+infinity, and setting it at the largest finite draw makes the number depend on how far out that draw lies
+(benchmarks/README.md, "prior_sensitivity.py"). Its values are NaN, its site None and its diagnosis ``"unknown"``.
 
 Likelihood sensitivity is the same with the likelihood raised to the power. One prior *site* at a time
 (`scalinfer.inference.compiled.log_prior`: the fit's ``log_prior`` group holds one variable per latent site)

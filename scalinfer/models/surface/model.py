@@ -146,9 +146,9 @@ class Surface(Model):
     #: the noise floor and the loss levels' scatter: with few runs per setting the joint density grows without
     #: bound as sigma0 -> 0 with each setting's valley through one of its runs (benchmarks/README.md, "why the
     #: (Mis)Fitting mode search fails"), and as tau_loss -> 0 with every setting's loss level ell (sampled
-    #: centered) on the loss law, where the valleys' own freedom keeps the likelihood finite (Step Law, 4 runs
-    #: per setting: tau_loss e^-14 after 3,000 steps given sigma0); NUTS then starts from the mode given sigma0
-    #: at its `init_values` value, or given both where that search does not converge either
+    #: centered) on the loss law, where the valleys' own freedom keeps the likelihood finite (benchmarks/README.md,
+    #: "a thin table's second spike"); NUTS then starts from the mode given sigma0 at its `init_values` value, or
+    #: given both where that search does not converge either
     mode_held = ("sigma0", "tau_loss")
     dims = {**{k: ["setting"] for k in SETTING}, **{k: ["size"] for k in SIZE},
             **{f"{v}_size_line": ["law_dir"] for v in LAW_N}, **{f"{v}_size_resid": ["size_resid"] for v in LAW_N},
