@@ -76,3 +76,16 @@ def test_laplace_close_to_nuts_when_well_identified(epoch_fit):
         assert abs(a[name]["q50"] - b[name]["q50"]) < 0.2 * a[name]["sd"], name
         assert 0.6 < b[name]["sd"] / a[name]["sd"] < 1.4, name
     assert any("laplace" in w for w in lap.warnings())
+
+
+def test_nuts_draws_more_until_converged_or_max_samples(tmp_path):
+    runs = scalinfer.simulate("chinchilla", seed=3)
+    short = scalinfer.fit(runs, model="chinchilla", chains=2, warmup=100, samples=20, seed=0)
+    # 2 x 20, then 2 x 40, draws cannot reach bulk ESS 400: every block up to max_samples is drawn
+    longer = scalinfer.fit(runs, model="chinchilla", chains=2, warmup=100, samples=20, max_samples=60, seed=0)
+    assert short.posterior.sizes["draw"] == 20 and short.attrs["samples_extended"] == 0  # explicit: no more
+    assert longer.posterior.sizes["draw"] == 60 and longer.attrs["samples_extended"] == 40
+    # the same chains, continued: the first 20 draws are the short fit's, bit for bit
+    np.testing.assert_array_equal(longer.posterior["alpha"].values[:, :20], short.posterior["alpha"].values)
+    assert longer.arrays("sample_stats", ["diverging"])["diverging"].shape == (2, 60)
+    assert scalinfer.load_fit(longer.save(tmp_path / "f.nc")).attrs["samples_extended"] == 40

@@ -69,3 +69,35 @@ def test_sweep_progress_counts_the_workers_lines(capsys):
     with _SweepProgress(total=7, done=4, name="calibration") as bar:  # not a terminal: no bar
         bar.saw(lines[0])
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("chain_method", ["sequential", "parallel"])
+def test_more_draws_continue_the_chains_bit_for_bit(chain_method, capsys):
+    # three blocks of 20 draws, continuing the chains, are one run of 60: same draws and stats, same warmup
+    configure(2)
+    args = (gauss, {"sd": SD}, {"x": np.zeros((2, 3))})
+    opts = dict(chains=2, warmup=30, seed=4, chain_method=chain_method)
+    long_draws, long_stats = run_nuts(*args, samples=60, **opts)
+    seen = []
+
+    def never(draws, stats):  # records what it was shown: the draws and stats so far
+        seen.append((draws["x"].shape, stats["diverging"].shape))
+        return False
+
+    draws, stats = run_nuts(*args, samples=20, max_samples=60, enough=never, progress=True, **opts)
+    assert seen == [((2, 20, 3), (2, 20)), ((2, 40, 3), (2, 40))]  # asked after each block but the last
+    np.testing.assert_array_equal(draws["x"], long_draws["x"])
+    for k in long_stats:
+        np.testing.assert_array_equal(stats[k], long_stats[k], err_msg=k)
+    # the bar grows by a block each time: 30 + 3 x 20 iterations per chain
+    assert ("90/90" if chain_method == "parallel" else "180/180") in capsys.readouterr().err
+
+
+def test_no_more_draws_once_enough():
+    configure(2)
+    calls = []
+    draws, _ = run_nuts(gauss, {"sd": SD}, {"x": np.zeros((2, 3))}, chains=2, warmup=30, samples=20, seed=4,
+                        chain_method="sequential", max_samples=100, enough=lambda d, s: calls.append(1) or True)
+    assert draws["x"].shape == (2, 20, 3) and calls == [1]
+    with pytest.raises(ValueError, match="max_samples must be at least samples=20"):
+        run_nuts(gauss, {"sd": SD}, {"x": np.zeros((2, 3))}, chains=2, warmup=30, samples=20, max_samples=10)

@@ -2,7 +2,7 @@
 bundled data.
 
     scalinfer fit RUNS --model M [--format F] [--where EXPR] [--method nuts|map|laplace|bootstrap]
-                  [--chains C --warmup W --samples S --seed K] -o FIT.nc [--force]
+                  [--chains C --warmup W --samples S --max-samples M --seed K] -o FIT.nc [--force]
     scalinfer simulate MODEL [--params JSON] [--seed K] -o RUNS.csv [--force]
     scalinfer quickstart [--json]
 
@@ -49,7 +49,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.prior is not None:
         options["prior"] = args.prior
     f = fit(runs, model=args.model, method=args.method, chains=args.chains, warmup=args.warmup,
-            samples=args.samples, seed=args.seed, quiet=quiet(), progress=args.progress, **options)
+            samples=args.samples, max_samples=args.max_samples, seed=args.seed, quiet=quiet(),
+            progress=args.progress, **options)
     path = f.save(args.output)
     for w in f.warnings():
         print(f"warning: {w}", file=sys.stderr)
@@ -151,7 +152,12 @@ def register(subparsers) -> None:
                    help="nuts, map, laplace or bootstrap (default: the model's, nuts; classic: bootstrap only)")
     s.add_argument("--chains", type=_chains, default=4, help=f"NUTS chains, 1 to {MAX_CHAINS} (default 4)")
     s.add_argument("--warmup", type=whole, default=500, help="NUTS warmup steps per chain, >= 0 (default 500)")
-    s.add_argument("--samples", type=count, default=1000, help="draws per chain, >= 1 (default 1000)")
+    s.add_argument("--samples", type=count, default=None,
+                   help="draws per chain, >= 1 (default 1000, and more while not converged: --max-samples)")
+    s.add_argument("--max-samples", type=count, default=None,
+                   help="where the draws have not converged (R-hat > 1.01 or bulk ESS < 400), draw --samples more "
+                        "per chain until they have or this many are drawn (default 4000 with the default "
+                        "--samples, else --samples: exactly the draws asked for)")
     s.add_argument("--seed", type=_seed, default=0, help="random seed, 0 to 2**32 - 1 (default 0)")
     s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="NUTS's progress bar on stderr (default: only when stderr is a terminal)")

@@ -42,6 +42,8 @@ READ_FORMATS = ("scalinfer.fit/1", FILE_FORMAT)
 METHODS = ("nuts", "map", "laplace", "bootstrap")
 #: thresholds of the diagnostics that `Fit.warnings` reports
 RHAT_MAX, ESS_MIN = 1.01, 400
+#: NUTS's draws per chain by default, and at most where those have not converged (`fit`'s ``max_samples``)
+SAMPLES, MAX_SAMPLES = 1000, 4000
 #: NUTS's tree depth cap in warmup (at most 2^6 - 1 = 63 leapfrog steps per iteration). Early warmup runs on a
 #: mass matrix not yet adapted, where NUTS builds its longest trees, though those iterations only feed the step
 #: size and the first mass-matrix windows; capped, they still move the chain and still give the windows their
@@ -56,9 +58,10 @@ def _log(msg: str, quiet: bool) -> None:
 
 @float64  # N ~ 1e12 to fractional powers; the caller's jax_enable_x64 is restored on return
 def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = None, chains: int = 4,
-        warmup: int = 500, samples: int = 1000, seed: int = 0, adapt: str = "dense",
+        warmup: int = 500, samples: int | None = None, seed: int = 0, adapt: str = "dense",
         target_accept: float | None = None, warmup_tree_depth: int = WARMUP_TREE_DEPTH, quiet: bool = True,
-        potential_dtype: str | None = None, progress: bool | None = None, **options: Any) -> Fit:
+        potential_dtype: str | None = None, progress: bool | None = None, max_samples: int | None = None,
+        **options: Any) -> Fit:
     """Fit `model` to `runs` and return a `Fit`.
 
     Parameters
@@ -74,6 +77,11 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         and the model names sites to hold (`Model.mode_held`: a joint density with no maximum), at the mode
         given the fewest of those sites, in their order, for which the search converges, held at the model's
         start values (the fit's attribute ``map_held`` names them).
+    max_samples : where the draws so far have not converged (R-hat above `RHAT_MAX` or bulk ESS below `ESS_MIN`
+        for a scalar parameter, the criteria of `Fit.warnings`), NUTS draws `samples` more per chain, continuing
+        the same chains, until they have or `max_samples` are drawn (`scalinfer.inference.nuts.run_nuts`).
+        Default: `MAX_SAMPLES` when `samples` is left at its default, else `samples` (exactly the draws asked
+        for). The fit's attribute ``samples_extended`` says how many draws per chain were added.
     seed : everything random follows from it.
     target_accept : NUTS's target acceptance probability (default: the model's `target_accept`, 0.9 for most).
     adapt : mass-matrix adaptation in NUTS's warmup (on coordinates scaled by the Laplace standard
@@ -90,6 +98,9 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         the fit so that `Fit.model` (and a reloaded fit's) is the model fitted.
     """
     m = get_model(model)
+    if max_samples is None:
+        max_samples = MAX_SAMPLES if samples is None else samples
+    samples = SAMPLES if samples is None else samples
     if options:
         m = m.with_options(**options)
     method = method or m.default_method
@@ -154,10 +165,20 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     _log(f"{m.name}: NUTS, {chains} chains x ({warmup} warmup + {samples} draws)", quiet)
     t1 = time.perf_counter()
     extra["target_accept"] = float(target_accept or m.target_accept)
+
+    def enough(draws, stats) -> bool:
+        worst = _unconverged({**draws, **_derived(m, draws, constants)})
+        if worst:
+            n = next(iter(draws.values())).shape[1]
+            _log(f"{m.name}: {worst} after {n} draws per chain; drawing {samples} more", quiet)
+        return not worst
+
     draws, stats = run_nuts(m.model, kwargs, init, chains=chains, warmup=warmup, samples=samples, seed=seed,
                             adapt=adapt, target_accept=extra["target_accept"], warmup_tree_depth=warmup_tree_depth,
                             chain_method=chain_method_for(chains), preconditioner=_preconditioner(point),
-                            potential_dtype=potential_dtype, progress=progress)
+                            potential_dtype=potential_dtype, progress=progress, max_samples=max_samples,
+                            enough=enough if chains > 1 else None)
+    extra["samples_extended"] = int(stats["diverging"].shape[1] - samples)
     t_nuts = time.perf_counter() - t1
     extra["warmup_leapfrog_steps"] = int(stats.pop("warmup_num_steps").sum())
     extra["potential_dtype"] = potential_dtype or str(np.result_type(float))
@@ -210,14 +231,42 @@ def _finite_starts(point, flat: np.ndarray) -> np.ndarray:
     return out
 
 
+def _derived(m: Model, draws: dict[str, np.ndarray], constants) -> dict[str, np.ndarray]:
+    """The model's derived natural-scale parameters (`Model.derived`) of `draws` (chains, n, ...), same layout."""
+    chains, n = next(iter(draws.values())).shape[:2]
+    flat = {k: v.reshape(chains * n, *v.shape[2:]) for k, v in draws.items()}
+    return {k: np.asarray(v).reshape(chains, n, *np.shape(v)[1:]) for k, v in m.derived(flat, constants).items()}
+
+
+def _rhat_ess(arrays: dict[str, np.ndarray]) -> tuple[dict[str, float], dict[str, float]]:
+    """Rank-normalized split R-hat and bulk ESS (Vehtari et al. 2021, ArviZ's) of each (chains, draws) array."""
+    from arviz_stats import ess, rhat
+
+    return ({k: float(rhat(v, chain_axis=0, draw_axis=1)) for k, v in arrays.items()},
+            {k: float(ess(v, chain_axis=0, draw_axis=1, method="bulk")) for k, v in arrays.items()})
+
+
+def _unconverged(draws: dict[str, np.ndarray]) -> str | None:
+    """What fails `Fit.warnings`' R-hat and ESS criteria among the scalar parameters of `draws` (chains, n),
+    the worst of each (``"R-hat 1.024 (phi), bulk ESS 159 (tau_lr)"``), or None when nothing does."""
+    rhat, ess = _rhat_ess({k: np.asarray(v, float) for k, v in draws.items() if np.ndim(v) == 2})
+    bad = {k: v for k, v in rhat.items() if np.isfinite(v) and v > RHAT_MAX}
+    low = {k: v for k, v in ess.items() if np.isfinite(v) and v < ESS_MIN}
+    out = []
+    if bad:
+        k = max(bad, key=bad.get)
+        out.append(f"R-hat {bad[k]:.3f} ({k})")
+    if low:
+        k = min(low, key=low.get)
+        out.append(f"bulk ESS {low[k]:.0f} ({k})")
+    return ", ".join(out) or None
+
+
 def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, method, extra=None):
     """Assemble the DataTree: posterior (+ derived natural-scale parameters), stats, log-likelihood, data."""
     from arviz_base import from_dict
 
-    chains, n = next(iter(draws.values())).shape[:2]
-    flat = {k: v.reshape(chains * n, *v.shape[2:]) for k, v in draws.items()}
-    for k, v in m.derived(flat, constants).items():
-        draws[k] = np.asarray(v).reshape(chains, n, *np.shape(v)[1:])
+    draws.update(_derived(m, draws, constants))
     groups: dict[str, dict[str, Any]] = {"posterior": draws}
     if stats:
         groups["sample_stats"] = {
@@ -450,9 +499,7 @@ class Fit:
         n_chains, n_draws = post.sizes["chain"], post.sizes["draw"]
         rhat = ess = None
         if n_chains > 1 and n_draws > 3:
-            from arviz_stats import ess as _ess, rhat as _rhat
-            rhat = _rhat(post[names], sample_dims=["chain", "draw"])
-            ess = _ess(post[names], sample_dims=["chain", "draw"], method="bulk")
+            rhat, ess = _rhat_ess({k: post[k].transpose("chain", "draw").values for k in names})
         out = {}
         for k in names:
             v = post[k].values.ravel()

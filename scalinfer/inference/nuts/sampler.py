@@ -275,7 +275,7 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig):
                     return adaptation, last
 
                 adaptation, parameters = lax.cond(i < warmup, adapt, lambda a: (a, parameters), adaptation)
-            j = jnp.maximum(i - warmup, 0)
+            j = jnp.maximum(i - warmup, 0) % samples  # sampling's blocks after the first reuse the slots
             draws = lax.dynamic_update_index_in_dim(draws, chain.position, j, 0)
             stats = jax.tree.map(lambda b, x: lax.dynamic_update_index_in_dim(b, x.astype(b.dtype), j, 0), stats, info)
             return _Loop(chain, adaptation, parameters, draws, stats, warm_steps, warm_step_size)
@@ -327,27 +327,31 @@ def _nuts_program(model_fn, static, config: NutsConfig, chains: int, parallel: b
 PROGRESS_CHUNKS = 10
 
 
-def _chunks(warmup: int, samples: int, progress: bool) -> list[tuple[int, int]]:
-    """(start, stop) of the program's calls: the whole run at once, or with progress `PROGRESS_CHUNKS` chunks
-    of warmup and as many of sampling."""
+def _chunks(warmup: int, samples: int, progress: bool, block: int = 0) -> list[tuple[int, int]]:
+    """(start, stop) of the program's calls for sampling's block `block` of `samples` draws, the first with
+    warmup: the whole block at once, or with progress `PROGRESS_CHUNKS` chunks of warmup (first block) and as
+    many of sampling."""
+    lo = warmup + block * samples
     if not progress:
-        return [(0, warmup + samples)]
-    edges = np.unique(np.concatenate([np.linspace(0, warmup, PROGRESS_CHUNKS + 1),
-                                      np.linspace(warmup, warmup + samples, PROGRESS_CHUNKS + 1)]).round())
+        return [(0 if block == 0 else lo, lo + samples)]
+    warm = np.linspace(0, warmup, PROGRESS_CHUNKS + 1) if block == 0 else np.array([lo])
+    edges = np.unique(np.concatenate([warm, np.linspace(lo, lo + samples, PROGRESS_CHUNKS + 1)]).round())
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
-def _run_chunks(run, args, loop, warmup: int, samples: int, chunks, bar) -> _Loop:
+def _run_chunks(run, args, loop, warmup: int, samples: int, chunks, bar, diverging_before: int = 0) -> _Loop:
     """Call the program over `chunks`, updating `bar` (tqdm) after each with the phase and the divergent
-    draws so far; returns the loop's last state. The bar says "starting" until the first chunk returns: that
-    call also compiles the program when neither JAX's caches nor the persistent one hold it."""
-    diverging = 0
+    draws so far (`diverging_before` of earlier blocks); returns the loop's last state. The bar says "starting"
+    until the first chunk returns: that call also compiles the program when neither JAX's caches nor the
+    persistent one hold it."""
+    diverging = diverging_before
     for start, stop in chunks:
         loop = run(*args, loop, start, stop)
         if bar.disable:
             continue
-        if stop > warmup:  # the sampled draws' divergences (warmup iterations write slot 0, overwritten)
-            diverging = int(np.asarray(loop.stats.diverging)[..., :stop - warmup].sum())
+        if stop > warmup:  # this block's sampled draws so far (warmup iterations write slot 0, overwritten)
+            filled = (stop - warmup - 1) % samples + 1
+            diverging = diverging_before + int(np.asarray(loop.stats.diverging)[..., :filled].sum())
         bar.set_description_str(f"{bar.desc.split(':')[0]}: {'warmup' if stop <= warmup else 'sampling'}",
                                 refresh=False)
         bar.set_postfix_str(f"{diverging} divergent", refresh=False)
@@ -359,7 +363,9 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
              warmup: int, samples: int, seed: int = 0, adapt: str = "dense", target_accept: float = 0.8,
              max_tree_depth: int = 10, warmup_tree_depth: int | None = None, chain_method: str = "parallel",
              preconditioner: Preconditioner | None = None, potential_dtype: str | None = None,
-             progress: bool | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+             progress: bool | None = None, max_samples: int | None = None,
+             enough: Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], bool] | None = None,
+             ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Run NUTS on `model_fn` with `model_kwargs` as data.
 
     Parameters
@@ -382,6 +388,11 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         time and an estimate of what is left); None (default): only when stderr is a terminal. The run then
         goes in `PROGRESS_CHUNKS` chunks of warmup and as many of sampling, calls of the same compiled program
         that give the same draws, bit for bit, as one call.
+    max_samples, enough : draw more than `samples` per chain, in blocks of `samples`, up to `max_samples`
+        (default `samples`: no more), while ``enough(draws, stats)`` (the draws and stats so far, as returned)
+        is False. Each block continues the chains where the last stopped, with the step size and mass matrix
+        warmup set, so the draws of a run extended to n are those of one run of n draws, bit for bit; a
+        convergence criterion as `enough` is thus Vehtari et al.'s (2021) advice, "run longer", made a rule.
 
     Returns
     -------
@@ -394,6 +405,9 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         raise ModelError(f"adapt must be one of {ADAPT}, got {adapt!r}")
     if samples < 1:
         raise ModelError(f"samples must be at least 1, got {samples}")
+    max_samples = int(samples if max_samples is None else max_samples)
+    if max_samples < samples:
+        raise ModelError(f"max_samples must be at least samples={samples}, got {max_samples}")
     init = {k: np.asarray(v, dtype=float) for k, v in dict(init_params).items()}
     lead = {np.shape(v)[0] if np.ndim(v) else None for v in init.values()}
     if lead != {chains}:
@@ -419,25 +433,54 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         loop = jax.tree.map(lambda x: jax.device_put(x, loop_sharding if x.size else loop_sharding.update(
             spec=jax.sharding.PartitionSpec())), loop)
     show = sys.stderr is not None and sys.stderr.isatty() if progress is None else bool(progress)
-    chunks = _chunks(int(warmup), int(samples), show)
-    total = int(warmup) + int(samples)
-    with tqdm(total=total * (1 if parallel else chains), file=sys.stderr, disable=not show, unit="it",
-              dynamic_ncols=True, desc=f"NUTS, {chains} chains: starting", leave=True) as bar:
+    per_block = int(warmup) + int(samples)
+    unraveled = tree_unraveler({k: np.zeros(shape) for k, shape in preconditioner.sites})
+    blocks: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []  # per block: (draws, stats)
+
+    def keep(outs) -> None:
+        """The block's draws of w in the model's constrained space, deterministic sites included, and its stats:
+        a program of its own, which compiles in a fraction of what the same code added to the NUTS program
+        (benchmarks/README.md, "quickstart"); every block has the same shapes, so it compiles once."""
+        host = jax.device_get(outs)
+        loop = host[0] if parallel else jax.tree.map(lambda *xs: np.stack(xs), *host)
+        z = unraveled(np.asarray(preconditioner.mean) + np.asarray(preconditioner.scale) * np.asarray(loop.draws))
+        blocks.append((constrain(model_fn, z, model_kwargs, batch_ndims=2),
+                       {k: np.asarray(v) for k, v in loop.stats._asdict().items()}))
+        if len(blocks) == 1:
+            blocks[0][1]["warmup_num_steps"] = np.asarray(loop.warm_steps)[:, :warmup]
+            blocks[0][1]["warmup_step_size"] = np.asarray(loop.warm_step_size)[:, :warmup]
+
+    def joined() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        if len(blocks) == 1:
+            return blocks[0]
+        draws = {k: np.concatenate([b[0][k] for b in blocks], axis=1) for k in blocks[0][0]}
+        stats = {k: np.concatenate([b[1][k] for b in blocks], axis=1) for k in STAT_FIELDS}
+        return draws, {**stats, **{k: v for k, v in blocks[0][1].items() if k not in STAT_FIELDS}}
+
+    def run_block(outs, block: int, bar):
+        chunks = _chunks(int(warmup), int(samples), show, block)
+        before = sum(int(b[1]["diverging"].sum()) for b in blocks)
         if parallel:
-            outs = [_run_chunks(run, (keys, first, preconditioner, data), loop, warmup, samples, chunks, bar)]
-        else:
-            outs = []
-            for c in range(chains):
-                bar.set_description_str(f"NUTS, chain {c + 1} of {chains}: starting", refresh=c > 0)
-                outs.append(_run_chunks(run, (keys[c], jax.tree.map(lambda x: x[c], first), preconditioner, data),
-                                        loop, warmup, samples, chunks, bar))
-    outs = jax.device_get(outs)
-    loop = outs[0] if parallel else jax.tree.map(lambda *xs: np.stack(xs), *outs)
-    stats = {**{k: np.asarray(v) for k, v in loop.stats._asdict().items()},
-             "warmup_num_steps": np.asarray(loop.warm_steps)[:, :warmup],
-             "warmup_step_size": np.asarray(loop.warm_step_size)[:, :warmup]}
-    # the draws of w in the model's constrained space, deterministic sites included: a program of its own, which
-    # compiles in a fraction of what the same code added to the NUTS program (benchmarks/README.md, "quickstart")
-    unravel = tree_unraveler({k: np.zeros(shape) for k, shape in preconditioner.sites})
-    z = unravel(np.asarray(preconditioner.mean) + np.asarray(preconditioner.scale) * np.asarray(loop.draws))
-    return constrain(model_fn, z, model_kwargs, batch_ndims=2), stats
+            return [_run_chunks(run, (keys, first, preconditioner, data), outs[0], warmup, samples, chunks, bar,
+                                before)]
+        new = []
+        for c in range(chains):
+            bar.set_description_str(f"NUTS, chain {c + 1} of {chains}: {'starting' if block == 0 else 'sampling'}",
+                                    refresh=c > 0)
+            new.append(_run_chunks(run, (keys[c], jax.tree.map(lambda x: x[c], first), preconditioner, data),
+                                   outs[c], warmup, samples, chunks, bar, before))
+            before += int(np.asarray(new[-1].stats.diverging).sum()) if not bar.disable else 0
+        return new
+
+    with tqdm(total=per_block * (1 if parallel else chains), file=sys.stderr, disable=not show, unit="it",
+              dynamic_ncols=True, desc=f"NUTS, {chains} chains: starting", leave=True) as bar:
+        outs = run_block([loop] * (1 if parallel else chains), 0, bar)
+        keep(outs)
+        drawn = int(samples)
+        while enough is not None and drawn + samples <= max_samples and not enough(*joined()):
+            bar.total += int(samples) * (1 if parallel else chains)
+            bar.refresh()
+            outs = run_block(outs, drawn // int(samples), bar)
+            keep(outs)
+            drawn += int(samples)
+    return joined()
