@@ -33,7 +33,7 @@ _REGISTRY = {
     "surface": ("scalinfer.models.surface:MODEL", "1"),
     "classic": ("scalinfer.models.classic:MODEL", "1"),
     "batch-openai": ("scalinfer.models.batch:OPENAI", "2"),
-    "batch-wsd": ("scalinfer.models.batch:WSD", "2"),
+    "batch-wsd": ("scalinfer.models.batch:WSD", "3"),
     "batch-floor": ("scalinfer.models.batch:FLOOR", "2"),
 }
 MODEL_NAMES = tuple(_REGISTRY)

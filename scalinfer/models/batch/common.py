@@ -113,10 +113,16 @@ def sample_power_law(prefix: str):
             numpyro.sample(f"{prefix}_L", dist.Normal(-5.0, 5.0)))
 
 
-def sample_unit_scatter(n_units: int):
+def sample_unit_scatter(n_units: int, centered: bool = False):
     """Sample the scatter shared by the step and batch laws: ``tau_S, tau_B ~ LogNormal(log 0.1, 0.7)``
-    (unit-to-unit, `unit_scatter_prior`), ``sigma ~ HalfNormal(0.3)`` (measurement) and per-unit deviations
-    ``z_S, z_B ~ Normal(0, 1)``.
+    (unit-to-unit, `unit_scatter_prior`), ``sigma ~ HalfNormal(0.3)`` (measurement) and per-unit standardized
+    deviations z_S, z_B, Normal(0, 1) a priori.
+
+    Non-centered (default): ``z_S, z_B ~ Normal(0, 1)`` are sampled. Centered: the deviations themselves,
+    ``d_S ~ Normal(0, tau_S)``, ``d_B ~ Normal(0, tau_B)``, are sampled and ``z = d / tau`` is recorded as a
+    deterministic site: the same prior, other coordinates for NUTS. Where every unit's curve pins its own
+    deviation (many batches per unit), the non-centered z has a posterior sd ~ sd(d) / tau, narrow at large
+    tau: a funnel the centered form does not have (Betancourt and Girolami 2015).
 
     Returns ``(tau_S, tau_B, sigma, z_S, z_B)``.
     """
@@ -124,8 +130,12 @@ def sample_unit_scatter(n_units: int):
     tau_B = numpyro.sample("tau_B", unit_scatter_prior())
     sigma = numpyro.sample("sigma", dist.HalfNormal(0.3))
     with numpyro.plate("units", n_units):
-        z_S = numpyro.sample("z_S", dist.Normal(0.0, 1.0))
-        z_B = numpyro.sample("z_B", dist.Normal(0.0, 1.0))
+        if centered:
+            z_S = numpyro.deterministic("z_S", numpyro.sample("d_S", dist.Normal(0.0, tau_S)) / tau_S)
+            z_B = numpyro.deterministic("z_B", numpyro.sample("d_B", dist.Normal(0.0, tau_B)) / tau_B)
+        else:
+            z_S = numpyro.sample("z_S", dist.Normal(0.0, 1.0))
+            z_B = numpyro.sample("z_B", dist.Normal(0.0, 1.0))
     return tau_S, tau_B, sigma, z_S, z_B
 
 

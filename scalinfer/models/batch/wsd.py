@@ -32,6 +32,10 @@ S -> infinity; so each batch B > B_min reaches the target in one number of steps
 E(S) = B S on the stage that holds it (a quadratic on each stage, `steps_wsd_piecewise`). Below B_min
 the target is unreachable (S = inf).
 
+The unit deviations are sampled centered, d_u = tau z_u (`sample_unit_scatter`): each unit's batches pin its
+S_opt and B_opt, and a non-centered z_u would narrow as tau grows, a funnel where NUTS diverges (measured on
+Zhang et al.: benchmarks/README.md, "defaults.py").
+
 Likelihood: the censored normal on log steps of `common` (one entry per cell).
 
 Priors (centered log steps and batch; weakly informative on these scales):
@@ -45,7 +49,8 @@ Priors (centered log steps and batch; weakly informative on these scales):
 - ``kappa_plus ~ LogNormal(0, 1)``: dimensionless curvature of E around E_min (1 under the noise-floor
   model with alpha = 1);
 - ``tau_S, tau_B ~ LogNormal(log 0.1, 0.7)``, ``sigma ~ HalfNormal(0.3)``: as in ``batch-openai`` (version 1 had
-  tau ~ HalfNormal(0.5)).
+  tau ~ HalfNormal(0.5)); ``d_S ~ Normal(0, tau_S)``, ``d_B ~ Normal(0, tau_B)`` per unit (version 2 sampled
+  z = d / tau ~ Normal(0, 1): the same prior).
 """
 
 from __future__ import annotations
@@ -125,10 +130,10 @@ def steps_wsd_piecewise(batch_tokens, S_min, S_1, S_opt, S_2, E_min, C, A_1):
 @dataclasses.dataclass(frozen=True)
 class BatchWSD(BatchTableModel, LossCurve):
     name = "batch-wsd"
-    version = "2"
+    version = "3"
     predicts = {"batch_min": "tokens/step", "batch_opt": "tokens/step", "batch_crit": "tokens/step",
                 "steps_to_target": "steps", "tokens_to_target": "tokens"}
-    dims = {"z_S": ["unit"], "z_B": ["unit"]}
+    dims = {"d_S": ["unit"], "d_B": ["unit"], "z_S": ["unit"], "z_B": ["unit"]}
 
     def model(self, x_N, x_L, unit, log_b, censored, log_steps=None):
         s0, s_N, s_L = sample_power_law("s")
@@ -137,7 +142,7 @@ class BatchWSD(BatchTableModel, LossCurve):
         mu = numpyro.sample("mu", dist.Beta(2.0, 2.0))
         phi = numpyro.sample("phi", dist.Beta(2.0, 2.0))
         kappa_plus = numpyro.sample("kappa_plus", dist.LogNormal(0.0, 1.0))
-        tau_S, tau_B, sigma, z_S, z_B = sample_unit_scatter(x_N.shape[0])
+        tau_S, tau_B, sigma, z_S, z_B = sample_unit_scatter(x_N.shape[0], centered=True)
         # centered units: S / e^{m_S}, B / e^{m_B}
         S_opt = jnp.exp(s0 + s_N * x_N + s_L * x_L + tau_S * z_S)[unit]
         B_opt = jnp.exp(b0 + b_N * x_N + b_L * x_L + tau_B * z_B)[unit]
@@ -152,7 +157,7 @@ class BatchWSD(BatchTableModel, LossCurve):
         return {"s0": float(np.max(data["log_steps"])), "s_N": 0.0, "s_L": -3.0,
                 "b0": float(np.log(constants["min_batch"]) - constants["m_B"]), "b_N": 0.3, "b_L": -3.0,
                 "rho": 0.5, "mu": 0.5, "phi": 0.5, "kappa_plus": 1.0, "tau_S": 0.2, "tau_B": 0.2,
-                "sigma": 0.2, "z_S": np.zeros(n), "z_B": np.zeros(n)}
+                "sigma": 0.2, "d_S": np.zeros(n), "d_B": np.zeros(n)}
 
     def derived(self, draws, constants):
         """S_opt, B_opt, B_min and B_crit at the data's middle (steps, tokens per step)."""
