@@ -159,7 +159,8 @@ def draw(rnd: random.Random) -> tuple[str, list[str], list[str]]:
             model = "classic"
         o = _out(rnd, ".nc", p, (runs,))
         argv += [runs, "--model", model, "--method", method, "-o", o, *force]
-        for flag, good in (("--chains", "2"), ("--samples", "10"), ("--warmup", "10"), ("--seed", "1")):
+        for flag, good in (("--chains", "2"), ("--samples", "10"), ("--max-samples", "20"), ("--warmup", "10"),
+                           ("--seed", "1")):
             if rnd.random() < 0.5:
                 argv += [flag, _num(rnd, good, p)]
         if rnd.random() < 0.2:

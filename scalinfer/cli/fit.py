@@ -37,6 +37,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from scalinfer.inference import fit
     from scalinfer.models import get_model
 
+    from scalinfer.inference.fit import SAMPLES
+
+    if args.max_samples is not None and args.max_samples < (args.samples or SAMPLES):
+        raise ModelError(f"--max-samples {args.max_samples} is below --samples {args.samples or SAMPLES}: it is the "
+                         "most draws per chain, the first --samples included")
     own = get_model(args.model).default_method
     if own != "nuts" and args.method not in (None, own):
         raise ModelError(f"model {args.model!r} is fit by {own} only (it has no Bayesian model): drop --method "

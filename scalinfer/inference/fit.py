@@ -101,6 +101,8 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     if max_samples is None:
         max_samples = MAX_SAMPLES if samples is None else samples
     samples = SAMPLES if samples is None else samples
+    if max_samples < samples:  # before any work
+        raise ModelError(f"max_samples must be at least samples={samples}, got {max_samples}")
     if options:
         m = m.with_options(**options)
     method = method or m.default_method
@@ -534,12 +536,14 @@ class Fit:
             bad = {k: v["r_hat"] for k, v in s.items() if np.isfinite(v["r_hat"]) and v["r_hat"] > RHAT_MAX}
             if bad:
                 worst = max(bad, key=bad.get)
-                out.append(f"R-hat above {RHAT_MAX} for {len(bad)} parameter(s) (worst {worst}: {bad[worst]:.3f}): "
-                           "chains disagree; run longer or reparameterize")
+                out.append(f"R-hat above {RHAT_MAX} for {len(bad)} parameter(s) (worst {worst}: {bad[worst]:.3f}) after "
+                           f"{self.posterior.sizes['draw']} draws per chain: chains disagree; run longer "
+                           "(--max-samples) or reparameterize")
             low = {k: v["ess_bulk"] for k, v in s.items() if np.isfinite(v["ess_bulk"]) and v["ess_bulk"] < ESS_MIN}
             if low:
                 worst = min(low, key=low.get)
-                out.append(f"bulk ESS below {ESS_MIN} for {len(low)} parameter(s) (worst {worst}: {low[worst]:.0f})")
+                out.append(f"bulk ESS below {ESS_MIN} for {len(low)} parameter(s) (worst {worst}: {low[worst]:.0f}) "
+                           f"after {self.posterior.sizes['draw']} draws per chain")
         out.extend(self._bound_warnings())
         out.extend(self.model.fit_warnings(self))
         return out
