@@ -93,7 +93,7 @@ def quickstart(json_output: bool = False, quiet: bool = True, samples: int | Non
     runs = load_runs(path, format=q.get("format"), where=q.get("where"))
     model = get_model(q["model"])
     chains, warmup = q.get("chains", 4), q.get("warmup", 500) if warmup is None else warmup
-    samples = q.get("samples", 500) if samples is None else samples
+    samples = q.get("samples") if samples is None else samples  # None: fit's default (more while not converged)
     if not quiet:
         print(f"scalinfer quickstart: fitting {q['model']} to {path.relative_to(data_dir().parent)}", file=sys.stderr)
     f = fit(runs, model=model, method=method, chains=chains, warmup=warmup, samples=samples,
@@ -107,7 +107,7 @@ def quickstart(json_output: bool = False, quiet: bool = True, samples: int | Non
     out = {"data": str(path), "simulated": not manifest["files"].get(q["runs"], {}).get("measured", True),
            "about_data": q.get("about", ""), "runs": _describe_runs(runs), "n_runs": len(runs),
            "model": q["model"], "model_is": _first_line(type(model).__doc__),
-           "method": f.method, "chains": chains, "warmup": warmup, "samples": samples,
+           "method": f.method, "chains": chains, "warmup": warmup, "samples": int(f.posterior.sizes["draw"]) if nuts else samples,
            "fit_seconds": round(f.timings["total_s"], 1), "r_hat_max": r_hat, "ess_bulk_min": ess,
            "divergences": f.divergences, "converged": bool(converged), "why_targets": q.get("why_targets", ""),
            "predictions": [f.predict(**target).to_dict() for target in q["targets"]],
