@@ -78,11 +78,12 @@ What is scored, per method and held-out setting:
   fit to Step Law's dense grid, so its figures there are in-sample.
 
 Each fit prints its wall time (compilation included), the largest R-hat over the scalar parameters (and
-which), and the divergent transitions. (Mis)Fitting has one batch: the surface fits it as an LR-only problem
+which), the divergent transitions and the draws per chain (``--samples``, and ``--samples`` more at a time up to
+``--max-samples`` while R-hat > 1.01 or bulk ESS < 400, as `scalinfer.fit` does by default). (Mis)Fitting has one batch: the surface fits it as an LR-only problem
 (the ``fixed_batch`` design) and its LR is scored at the grid's batch; its fits mix slowly (benchmarks/README.md,
 the reduced designs' section).
 
-    .venv/bin/python benchmarks/backtest.py [--chains 2 --warmup 300 --samples 300] [--datasets a,b]
+    .venv/bin/python benchmarks/backtest.py [--chains 2 --warmup 300 --samples 300 --max-samples 3000] [--datasets a,b]
         [--max-folds K] [--quick]
 
 Prints the tables, then as its LAST line one JSON object: ``bins`` and ``datasets`` for the ``surface``
@@ -356,7 +357,7 @@ def run_fold(ds: Dataset, full, sizes: list[float], k: int, args) -> tuple[dict,
     try:
         model, opts = surface_for(ds, args.prior)
         fit = scalinfer.fit(runs, model=model, chains=args.chains, warmup=args.warmup, samples=args.samples,
-                            seed=args.seed, **opts)
+                            max_samples=args.max_samples, seed=args.seed, **opts)
     except ScalinferError as e:  # a failed fit is a result: report it and go on
         fit = None
         rec["surface_error"] = str(e)
@@ -365,6 +366,7 @@ def run_fold(ds: Dataset, full, sizes: list[float], k: int, args) -> tuple[dict,
     if fit is not None:
         rec["rhat_max"], rec["rhat_worst"] = rhat_max(fit)
         rec["divergences"] = fit.divergences
+        rec["draws"] = fit.posterior.sizes["draw"]  # per chain: more than --samples where the first did not converge
     t0 = time.perf_counter()
     try:
         classic = scalinfer.fit(runs, model="classic", chains=args.chains, samples=args.samples, seed=args.seed)
@@ -472,6 +474,7 @@ def print_fit(rec: dict) -> None:
     print(f"{rec['dataset']:<19}{rec['k']:>3}{rec['N_max']:>10.3g}{rec['n_runs']:>6}{rec['n_heldout']:>5}"
           f"{rec['surface_wall_s']:>9.1f}{rec['surface_cpu_s']:>8.1f}{rec['load']:>6.1f}"
           f"{_f(rec.get('rhat_max'), '.3f', 8)}  {rec.get('rhat_worst', ''):<16}{rec.get('divergences', '-'):>6}"
+          f"{rec.get('draws', '-'):>6}"
           f"{rec['classic_wall_s']:>8.1f}" + (f"  ERROR {err}" if err else ""), flush=True)
 
 
@@ -515,6 +518,9 @@ def main(argv=None) -> int:
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--samples", type=int, default=300, help="draws per chain")
+    ap.add_argument("--max-samples", type=int, default=None,
+                    help="surface: draw --samples more per chain while R-hat > 1.01 or bulk ESS < 400, up to this "
+                         "many (default 10 x --samples: with 2 chains, (Mis)Fitting's folds need up to 3,000)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--min-sizes", type=int, default=2, help="fit at least this many sizes (default 2)")
     ap.add_argument("--max-folds", type=int, default=None, help="at most this many k's per dataset (spread evenly)")
@@ -528,6 +534,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.chains, args.warmup, args.samples, args.max_folds = 2, 200, 200, 1
+    args.max_samples = 10 * args.samples if args.max_samples is None else args.max_samples
     chosen = [d for d in DATASETS if d.name in args.datasets.split(",")]
     unknown = set(args.datasets.split(",")) - {d.name for d in DATASETS}
     if unknown:
@@ -546,7 +553,7 @@ def main(argv=None) -> int:
     load0 = os.getloadavg()[0]
     fits, rows = [], []
     print(f"{'dataset':<19}{'k':>3}{'N_k':>10}{'runs':>6}{'held':>5}{'wall s':>9}{'cpu s':>8}{'load':>6}{'R-hat':>8}"
-          f"  {'(worst)':<16}{'div':>6}{'classic':>8}")
+          f"  {'(worst)':<16}{'div':>6}{'draws':>6}{'classic':>8}")
     for ds in chosen:
         full = ds.load().df
         sizes = sorted(float(n) for n in full["N"].unique())
@@ -583,9 +590,10 @@ def main(argv=None) -> int:
             ci = a.get("coverage_90_interior", {})
             print(f"  {m:<8} {name:<19} n={a['n'] - a['n_edge']:>3}  lr {_f(ci.get('lr_opt'), '.2f', 5)}  "
                   f"batch {_f(ci.get('batch_opt'), '.2f', 5)}")
-    print(f"\ntotal wall {wall:.0f} s ({len(fits)} folds; {args.chains} chains x ({args.warmup} + {args.samples}); "
+    print(f"\ntotal wall {wall:.0f} s ({len(fits)} folds; {args.chains} chains x ({args.warmup} + {args.samples}, up to {args.max_samples}); "
           f"load {load0:.1f} -> {os.getloadavg()[0]:.1f})")
-    settings = {"prior": args.prior, "chains": args.chains, "warmup": args.warmup, "samples": args.samples, "seed": args.seed,
+    settings = {"prior": args.prior, "chains": args.chains, "warmup": args.warmup, "samples": args.samples,
+                "max_samples": args.max_samples, "seed": args.seed,
                 "min_sizes": args.min_sizes, "max_folds": args.max_folds, "tie_tol": args.tie_tol,
                 "datasets": [d.name for d in chosen]}
     report = {"bins": results["surface"]["bins"], "datasets": results["surface"]["datasets"],
