@@ -18,7 +18,8 @@ universe is spent:
 The rounds run round-major (each strategy buys its round before any buys the next), so a run cut short still
 compares the strategies at equal rounds.
 
-Refits are NUTS at fit's defaults (``--chains`` x (``--warmup`` + ``--samples``), 4 x (500 + 1,000)): shorter
+Refits are NUTS at fit's defaults (``--chains`` x (``--warmup`` + ``--samples``), 4 x (500 + 1,000), then
+``--samples`` more at a time while R-hat > 1.01 or bulk ESS < 400, up to ``--max-samples``, 4,000): shorter
 refits (2 x (250 + 250) until 2026-12-03) made each strategy's width swing by 20-40% from one round to the next
 while its data only grew, more than the 10% goal; each round's line gives the refit's R-hat max. The cost
 of a strategy is the FLOPs of the runs it bought beyond the seed design (6 N D each); the JSON last line gives
@@ -67,6 +68,7 @@ def main(argv=None) -> int:
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--samples", type=int, default=1000)
+    ap.add_argument("--max-samples", type=int, default=None, help="draws per chain at most (default 4 x --samples)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--full-width", type=float, default=None,
                     help="the full grid's hi/lo, measured before (skips its fit)")
@@ -74,6 +76,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.max_rounds, args.chains, args.warmup, args.samples = 2, 1, 150, 150
+    args.max_samples = 4 * args.samples if args.max_samples is None else args.max_samples
     if not Path(args.dataset).exists():
         print(f"no dataset at {args.dataset}", file=sys.stderr)
         return 1
@@ -91,7 +94,7 @@ def main(argv=None) -> int:
     def refit(idx):
         runs = validate(full.iloc[sorted(idx)].reset_index(drop=True), source="steplaw-replay", kind="runs")
         return scalinfer.fit(runs, model="surface", chains=args.chains, warmup=args.warmup, samples=args.samples,
-                             seed=args.seed, quiet=True)
+                             max_samples=args.max_samples, seed=args.seed, quiet=True)
 
     if args.full_width:
         w_full = args.full_width
@@ -143,9 +146,11 @@ def main(argv=None) -> int:
             st["w"] = width(st["fit"])
             rhat = fit_rhat(st["fit"])
             st["trace"].append({"round": rnd + 1, "runs": len(have), "flops": st["spent"], "width": st["w"],
-                                "r_hat_max": rhat, "divergences": int(st["fit"].divergences)})
+                                "r_hat_max": rhat, "divergences": int(st["fit"].divergences),
+                                "draws": int(st["fit"].posterior.sizes["draw"])})
             print(f"{strategy:>8} round {rnd + 1}: {len(have)} runs, +{st['spent']:.3g} FLOPs, hi/lo {st['w']:.3f} "
-                  f"(R-hat max {rhat:.3f}, {st['fit'].divergences} divergent; {time.perf_counter() - t0:.0f} s)",
+                  f"(R-hat max {rhat:.3f}, {st['fit'].divergences} divergent, {st['fit'].posterior.sizes['draw']} draws "
+                  f"per chain; {time.perf_counter() - t0:.0f} s)",
                   flush=True)
     results = {}
     for strategy, st in state.items():
@@ -157,7 +162,7 @@ def main(argv=None) -> int:
               "the seed", flush=True)
     out = {"target": {"N": TARGET_N, "D": TARGET_D}, "width_full": w_full, "width_seed": w0, "goal": goal,
            "seed_runs": len(seed_idx), "per_round": args.per_round,
-           "refit": f"nuts {args.chains} x ({args.warmup} + {args.samples})",
+           "refit": f"nuts {args.chains} x ({args.warmup} + {args.samples}, up to {args.max_samples})",
            **{f"{k}_{f}": v[f] for k, v in results.items() for f in ("reached", "flops", "width")},
            "flops_ratio_vs_random": results["suggest"]["flops"] / results["random"]["flops"],
            "flops_ratio_vs_grid": results["suggest"]["flops"] / results["grid"]["flops"],
