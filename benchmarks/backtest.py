@@ -79,7 +79,8 @@ What is scored, per method and held-out setting:
 
 Each fit prints its wall time (compilation included), the largest R-hat over the scalar parameters (and
 which), the divergent transitions and the draws per chain (``--samples``, and ``--samples`` more at a time up to
-``--max-samples`` while R-hat > 1.01 or bulk ESS < 400, as `scalinfer.fit` does by default). (Mis)Fitting has one batch: the surface fits it as an LR-only problem
+``--max-samples`` while R-hat > 1.01 or bulk ESS < 400, as `scalinfer.fit` does by default). (Mis)Fitting has one
+batch: the surface fits it as an LR-only problem
 (the ``fixed_batch`` design) and its LR is scored at the grid's batch; its fits mix slowly (benchmarks/README.md,
 the reduced designs' section).
 
@@ -590,7 +591,8 @@ def main(argv=None) -> int:
             ci = a.get("coverage_90_interior", {})
             print(f"  {m:<8} {name:<19} n={a['n'] - a['n_edge']:>3}  lr {_f(ci.get('lr_opt'), '.2f', 5)}  "
                   f"batch {_f(ci.get('batch_opt'), '.2f', 5)}")
-    print(f"\ntotal wall {wall:.0f} s ({len(fits)} folds; {args.chains} chains x ({args.warmup} + {args.samples}, up to {args.max_samples}); "
+    print(f"\ntotal wall {wall:.0f} s ({len(fits)} folds; {args.chains} chains x ({args.warmup} + {args.samples}, "
+          f"up to {args.max_samples}); "
           f"load {load0:.1f} -> {os.getloadavg()[0]:.1f})")
     settings = {"prior": args.prior, "chains": args.chains, "warmup": args.warmup, "samples": args.samples,
                 "max_samples": args.max_samples, "seed": args.seed,

@@ -91,7 +91,8 @@ def fit_pair(pair: Pair) -> dict:
     row = {"model": pair.model, "dataset": pair.dataset, "runs": len(runs), "method": f.method,
            "wall_s": round(wall, 1), "warnings": f.warnings()}
     if f.method != "nuts":
-        return {**row, "draws": None, "r_hat_max": None, "ess_bulk_min": None, "divergences": None, "divergent_pct": None,
+        return {**row, "draws": None, "r_hat_max": None, "ess_bulk_min": None, "divergences": None,
+                "divergent_pct": None,
                 "worst": None, "converged": True}
     s = f.summary()
     rhat = {k: v["r_hat"] for k, v in s.items() if np.isfinite(v["r_hat"])}
@@ -100,7 +101,8 @@ def fit_pair(pair: Pair) -> dict:
     n = f.posterior.sizes["chain"] * f.posterior.sizes["draw"]
     pct = 100 * f.divergences / n
     converged = rhat[worst] <= RHAT_MAX and min(ess.values()) >= ESS_MIN and pct < DIVERGENT_MAX_PCT
-    return {**row, "draws": f.posterior.sizes["draw"], "r_hat_max": round(rhat[worst], 4), "ess_bulk_min": round(min(ess.values())),
+    return {**row, "draws": f.posterior.sizes["draw"], "r_hat_max": round(rhat[worst], 4),
+            "ess_bulk_min": round(min(ess.values())),
             "divergences": f.divergences, "divergent_pct": round(pct, 2),
             "worst": f"{worst} (R-hat), {min(ess, key=ess.get)} (ESS)", "converged": bool(converged)}
 
@@ -138,12 +140,14 @@ def main(argv: list[str] | None = None) -> dict:
               f"{r['divergences']} divergent", file=sys.stderr, flush=True)
 
     print(f"\nAt the CLI's defaults: {CHAINS} chains x ({WARMUP} warmup + {SAMPLES} draws, up to {MAX_SAMPLES} while "
-          f"not converged), seed {SEED}. Converged: R-hat <= {RHAT_MAX}, bulk ESS >= {ESS_MIN}, divergent < {DIVERGENT_MAX_PCT}% (NUTS).\n")
+          f"not converged), seed {SEED}. Converged: R-hat <= {RHAT_MAX}, bulk ESS >= {ESS_MIN}, divergent < "
+          f"{DIVERGENT_MAX_PCT}% (NUTS).\n")
     print("| model | dataset | runs | method | draws | R-hat max | ESS bulk min | divergent | wall s | converged |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows.values():
         div = "-" if r["divergences"] is None else f"{r['divergences']} ({r['divergent_pct']}%)"
-        print(f"| {r['model']} | {r['dataset']} | {r['runs']} | {r['method']} | {_cell(r['draws'], 'd')} | {_cell(r['r_hat_max'], '.3f')} | "
+        print(f"| {r['model']} | {r['dataset']} | {r['runs']} | {r['method']} | {_cell(r['draws'], 'd')} | "
+              f"{_cell(r['r_hat_max'], '.3f')} | "
               f"{_cell(r['ess_bulk_min'], '.0f')} | {div} | {r['wall_s']:.0f} | "
               f"{'yes' if r['converged'] else '**no**'} |")
     report = {"not_converged": sum(not r["converged"] for r in rows.values()), "pairs": rows,

@@ -149,8 +149,8 @@ def main(argv=None) -> int:
                                 "r_hat_max": rhat, "divergences": int(st["fit"].divergences),
                                 "draws": int(st["fit"].posterior.sizes["draw"])})
             print(f"{strategy:>8} round {rnd + 1}: {len(have)} runs, +{st['spent']:.3g} FLOPs, hi/lo {st['w']:.3f} "
-                  f"(R-hat max {rhat:.3f}, {st['fit'].divergences} divergent, {st['fit'].posterior.sizes['draw']} draws "
-                  f"per chain; {time.perf_counter() - t0:.0f} s)",
+                  f"(R-hat max {rhat:.3f}, {st['fit'].divergences} divergent, "
+                  f"{st['fit'].posterior.sizes['draw']} draws per chain; {time.perf_counter() - t0:.0f} s)",
                   flush=True)
     results = {}
     for strategy, st in state.items():

@@ -536,8 +536,8 @@ class Fit:
             bad = {k: v["r_hat"] for k, v in s.items() if np.isfinite(v["r_hat"]) and v["r_hat"] > RHAT_MAX}
             if bad:
                 worst = max(bad, key=bad.get)
-                out.append(f"R-hat above {RHAT_MAX} for {len(bad)} parameter(s) (worst {worst}: {bad[worst]:.3f}) after "
-                           f"{self.posterior.sizes['draw']} draws per chain: chains disagree; run longer "
+                out.append(f"R-hat above {RHAT_MAX} for {len(bad)} parameter(s) (worst {worst}: {bad[worst]:.3f}) "
+                           f"after {self.posterior.sizes['draw']} draws per chain: chains disagree; run longer "
                            "(--max-samples) or reparameterize")
             low = {k: v["ess_bulk"] for k, v in s.items() if np.isfinite(v["ess_bulk"]) and v["ess_bulk"] < ESS_MIN}
             if low:
