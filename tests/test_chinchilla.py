@@ -88,4 +88,7 @@ def test_nuts_draws_more_until_converged_or_max_samples(tmp_path):
     # the same chains, continued: the first 20 draws are the short fit's, bit for bit
     np.testing.assert_array_equal(longer.posterior["alpha"].values[:, :20], short.posterior["alpha"].values)
     assert longer.arrays("sample_stats", ["diverging"])["diverging"].shape == (2, 60)
-    assert scalinfer.load_fit(longer.save(tmp_path / "f.nc")).attrs["samples_extended"] == 40
+    again = scalinfer.load_fit(longer.save(tmp_path / "f.nc"))
+    assert again.attrs["samples_extended"] == 40
+    assert {k: again.summary_dict()[k] for k in ("chains", "draws_per_chain", "samples_extended")} == {
+        "chains": 2, "draws_per_chain": 60, "samples_extended": 40}  # what `scalinfer summary` prints

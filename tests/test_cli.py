@@ -26,6 +26,11 @@ def test_summary_json_contract(fit_file):
     assert r.code == 0, r.err
     s = r.json()
     assert s["model"] == "chinchilla" and s["n_runs"] == 40 and isinstance(s["divergences"], int)
+    # --samples given: exactly those draws, none added
+    assert (s["chains"], s["draws_per_chain"], s["samples_extended"]) == (2, 200, 0)
+    text = run_cli("summary", fit_file).out
+    assert text.splitlines()[0] == (f"model chinchilla (nuts), 40 runs, 2 chains x 200 draws, {s['divergences']} "
+                                    "divergences")
     for name in ("E", "A", "B", "alpha", "beta"):
         assert set(s[name]) >= {"mean", "sd", "q05", "q50", "q95", "r_hat", "ess_bulk"}
         assert s[name]["q05"] <= s[name]["q50"] <= s[name]["q95"]

@@ -36,7 +36,11 @@ def cmd_summary(args: argparse.Namespace) -> int:
         s.pop("parameters")
         print_json(s)
         return exit_code(args, s["warnings"])
-    print(f"model {s['model']} ({s['method']}), {s['n_runs']} runs, {s['divergences']} divergences")
+    draws = ""
+    if s["method"] == "nuts" and "draws_per_chain" in s:  # (fit files before 2026-12-03 do not say)
+        added = f" ({s['samples_extended']} added while not converged)" if s["samples_extended"] else ""
+        draws = f", {s['chains']} chains x {s['draws_per_chain']} draws{added}"
+    print(f"model {s['model']} ({s['method']}), {s['n_runs']} runs{draws}, {s['divergences']} divergences")
     print(f"{'parameter':>12} {'mean':>11} {'sd':>10} {'q05':>11} {'q50':>11} {'q95':>11} {'r_hat':>7} {'ess_bulk':>9}")
     for k, v in s["parameters"].items():
         print(f"{k:>12} {v['mean']:>11.4g} {v['sd']:>10.3g} {v['q05']:>11.4g} {v['q50']:>11.4g} {v['q95']:>11.4g} "

@@ -583,7 +583,10 @@ class Fit:
         if saved is not None:
             return saved
         s = self.summary()
+        post = self.posterior
         return {"model": self.attrs["model"], "method": self.method, "n_runs": int(self.attrs["n_runs"]),
+                "chains": int(post.sizes["chain"]), "draws_per_chain": int(post.sizes["draw"]),
+                "samples_extended": int(self.attrs.get("samples_extended", 0)),
                 "divergences": self.divergences, "parameters": s, **s, "warnings": self.warnings(s)}
 
     def _saved_summary(self) -> dict[str, Any] | None:
