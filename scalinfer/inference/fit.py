@@ -81,7 +81,8 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         for a scalar parameter, the criteria of `Fit.warnings`), NUTS draws `samples` more per chain, continuing
         the same chains, until they have or `max_samples` are drawn (`scalinfer.inference.nuts.run_nuts`).
         Default: `MAX_SAMPLES` when `samples` is left at its default, else `samples` (exactly the draws asked
-        for). The fit's attribute ``samples_extended`` says how many draws per chain were added.
+        for). The fit's attribute ``samples_extended`` says how many draws per chain were added. One chain is
+        never extended (R-hat compares chains).
     seed : everything random follows from it.
     target_accept : NUTS's target acceptance probability (default: the model's `target_accept`, 0.9 for most).
     adapt : mass-matrix adaptation in NUTS's warmup (on coordinates scaled by the Laplace standard
