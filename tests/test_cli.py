@@ -69,6 +69,15 @@ def test_baseline_needs_no_fit():
     assert p["batch_opt"]["alias_of"] == "batch_loss_opt" and p["batch_opt"]["median"] == p["batch_loss_opt"]["median"]
 
 
+
+@pytest.mark.parametrize("N, D", [("1e9", "1e8:1e6:2"), ("1e9,2e9", "1e8")])
+def test_a_baseline_at_several_points_is_one_line(N, D):
+    # fuzz_cli.py seed 4 found a traceback here: a peer law answers at one (N, D)
+    r = run_cli("predict", "--baseline", "steplaw", "--N", N, "--D", D)
+    assert r.code == 2 and r.err.strip().splitlines() == [
+        f"error: --baseline answers at one point: give one value of {'--D' if ':' in D else '--N'}, not 2"], r.err
+
+
 def test_the_lr_papers_baseline_says_which_reading_of_its_units_it_uses():
     """Zhou et al.'s Eq. 6 leaves N's unit open: the answer reads raw counts, says so, and gives the other
     reading's value (N in millions: x 1e6^0.2219 = 21.5)."""

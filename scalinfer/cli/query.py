@@ -57,6 +57,9 @@ def _baseline(args: argparse.Namespace) -> dict[str, Any]:
         raise ScalinferError(f"unknown baseline {args.baseline!r} (one of: {', '.join(BASELINES)})")
     if args.N is None or args.D is None:
         raise ScalinferError("--baseline needs --N and --D")
+    for flag, v in (("--N", args.N), ("--D", args.D)):
+        if isinstance(v, list):
+            raise ScalinferError(f"--baseline answers at one point: give one value of {flag}, not {len(v)}")
     import numpy as np
 
     from scalinfer.quantities import describe
