@@ -78,17 +78,47 @@ def test_laplace_close_to_nuts_when_well_identified(epoch_fit):
     assert any("laplace" in w for w in lap.warnings())
 
 
-def test_nuts_draws_more_until_converged_or_max_samples(tmp_path):
+def test_nuts_draws_more_until_converged_or_max_samples(tmp_path, monkeypatch):
+    import importlib
+
+    fit_module = importlib.import_module("scalinfer.inference.fit")  # the module (the package exports its `fit`)
     runs = scalinfer.simulate("chinchilla", seed=3)
-    short = scalinfer.fit(runs, model="chinchilla", chains=2, warmup=100, samples=20, seed=0)
-    # 2 x 20, then 2 x 40, draws cannot reach bulk ESS 400: every block up to max_samples is drawn
-    longer = scalinfer.fit(runs, model="chinchilla", chains=2, warmup=100, samples=20, max_samples=60, seed=0)
-    assert short.posterior.sizes["draw"] == 20 and short.attrs["samples_extended"] == 0  # explicit: no more
-    assert longer.posterior.sizes["draw"] == 60 and longer.attrs["samples_extended"] == 40
-    # the same chains, continued: the first 20 draws are the short fit's, bit for bit
-    np.testing.assert_array_equal(longer.posterior["alpha"].values[:, :20], short.posterior["alpha"].values)
-    assert longer.arrays("sample_stats", ["diverging"])["diverging"].shape == (2, 60)
+    short = scalinfer.fit(runs, model="chinchilla", chains=2, warmup=200, samples=100, seed=0)
+    # the rule says "more" after every block (what it says of which draws: the next test): every block up to
+    # max_samples is drawn
+    asked = []
+    monkeypatch.setattr(fit_module, "_more_draws",
+                        lambda d, before: asked.append(d["alpha"].shape) or (True, "forced", 1.0))
+    longer = scalinfer.fit(runs, model="chinchilla", chains=2, warmup=200, samples=100, max_samples=300, seed=0)
+    assert asked == [(2, 100), (2, 200)]
+    assert short.posterior.sizes["draw"] == 100 and short.attrs["samples_extended"] == 0  # explicit: no more
+    assert longer.posterior.sizes["draw"] == 300 and longer.attrs["samples_extended"] == 200
+    # the same chains, continued: the first 100 draws are the short fit's, bit for bit
+    np.testing.assert_array_equal(longer.posterior["alpha"].values[:, :100], short.posterior["alpha"].values)
+    assert longer.arrays("sample_stats", ["diverging"])["diverging"].shape == (2, 300)
     again = scalinfer.load_fit(longer.save(tmp_path / "f.nc"))
-    assert again.attrs["samples_extended"] == 40
+    assert again.attrs["samples_extended"] == 200
     assert {k: again.summary_dict()[k] for k in ("chains", "draws_per_chain", "samples_extended")} == {
-        "chains": 2, "draws_per_chain": 60, "samples_extended": 40}  # what `scalinfer summary` prints
+        "chains": 2, "draws_per_chain": 300, "samples_extended": 200}  # what `scalinfer summary` prints
+
+
+def test_more_draws_mend_slow_mixing_not_a_stuck_chain():
+    from scalinfer.inference.fit import RHAT_STUCK, _more_draws
+
+    rng = np.random.default_rng(0)
+    iid = rng.normal(size=(4, 1000))
+    assert _more_draws({"a": iid})[:2] == (False, None)  # converged: R-hat ~1.00, bulk ESS ~4,000
+    # an AR(1) chain with phi 0.99: ESS ~ 4,000 x 0.01 / 1.99 = 20, chains still overlapping (R-hat < 1.1)
+    slow = np.zeros((4, 1000))
+    for t in range(1, 1000):
+        slow[:, t] = 0.99 * slow[:, t - 1] + np.sqrt(1 - 0.99 ** 2) * rng.normal(size=4)
+    more, why, _ = _more_draws({"a": iid, "b": slow})
+    assert more and "bulk ESS" in why and "(b)" in why
+    # one chain 5 sd off the others: R-hat far above RHAT_STUCK. After a first block, more draws (a short first
+    # block's R-hat can fall); once it has not fallen over a block, no more
+    stuck = iid + np.array([0.0, 0.0, 0.0, 5.0])[:, None]
+    more, why, rhat = _more_draws({"a": stuck})
+    assert more and why.startswith("R-hat") and rhat > RHAT_STUCK
+    more, _, again = _more_draws({"a": stuck}, rhat)
+    assert not more and again == rhat
+    assert _more_draws({"a": stuck}, rhat + 0.5)[0]  # it fell: more

@@ -44,6 +44,9 @@ METHODS = ("nuts", "map", "laplace", "bootstrap")
 RHAT_MAX, ESS_MIN = 1.01, 400
 #: NUTS's draws per chain by default, and at most where those have not converged (`fit`'s ``max_samples``)
 SAMPLES, MAX_SAMPLES = 1000, 4000
+#: above this R-hat a chain has not found the others' posterior (Gelman and Rubin's old 1.1): where it does not fall
+#: from one block of draws to the next, `fit` draws no more, which would not mend it
+RHAT_STUCK = 1.1
 #: NUTS's tree depth cap in warmup (at most 2^6 - 1 = 63 leapfrog steps per iteration). Early warmup runs on a
 #: mass matrix not yet adapted, where NUTS builds its longest trees, though those iterations only feed the step
 #: size and the first mass-matrix windows; capped, they still move the chain and still give the windows their
@@ -79,7 +82,8 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         start values (the fit's attribute ``map_held`` names them).
     max_samples : where the draws so far have not converged (R-hat above `RHAT_MAX` or bulk ESS below `ESS_MIN`
         for a scalar parameter, the criteria of `Fit.warnings`), NUTS draws `samples` more per chain, continuing
-        the same chains, until they have or `max_samples` are drawn (`scalinfer.inference.nuts.run_nuts`).
+        the same chains, until they have or `max_samples` are drawn (`scalinfer.inference.nuts.run_nuts`); not
+        where an R-hat above `RHAT_STUCK` did not fall over the last block (a chain stuck apart).
         Default: `MAX_SAMPLES` when `samples` is left at its default, else `samples` (exactly the draws asked
         for). The fit's attribute ``samples_extended`` says how many draws per chain were added. One chain is
         never extended (R-hat compares chains).
@@ -169,12 +173,15 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     t1 = time.perf_counter()
     extra["target_accept"] = float(target_accept or m.target_accept)
 
+    rhat_before = [float("inf")]  # the worst R-hat of the draws one block ago
+
     def enough(draws, stats) -> bool:
-        worst = _unconverged({**draws, **_derived(m, draws, constants)})
-        if worst:
+        more, why, rhat_before[0] = _more_draws({**draws, **_derived(m, draws, constants)}, rhat_before[0])
+        if why:
             n = next(iter(draws.values())).shape[1]
-            _log(f"{m.name}: {worst} after {n} draws per chain; drawing {samples} more", quiet)
-        return not worst
+            _log(f"{m.name}: {why} after {n} draws per chain; " + (f"drawing {samples} more" if more else
+                 "not drawing more: a chain stuck apart from the others stays apart"), quiet)
+        return not more
 
     draws, stats = run_nuts(m.model, kwargs, init, chains=chains, warmup=warmup, samples=samples, seed=seed,
                             adapt=adapt, target_accept=extra["target_accept"], warmup_tree_depth=warmup_tree_depth,
@@ -249,9 +256,14 @@ def _rhat_ess(arrays: dict[str, np.ndarray]) -> tuple[dict[str, float], dict[str
             {k: float(ess(v, chain_axis=0, draw_axis=1, method="bulk")) for k, v in arrays.items()})
 
 
-def _unconverged(draws: dict[str, np.ndarray]) -> str | None:
-    """What fails `Fit.warnings`' R-hat and ESS criteria among the scalar parameters of `draws` (chains, n),
-    the worst of each (``"R-hat 1.024 (phi), bulk ESS 159 (tau_lr)"``), or None when nothing does."""
+def _more_draws(draws: dict[str, np.ndarray], rhat_before: float = float("inf")) -> tuple[bool, str | None, float]:
+    """Whether more draws of the same chains can mend `draws` (chains, n): (more, why, worst R-hat).
+
+    ``why`` names the worst failure of `Fit.warnings`' R-hat and ESS criteria among the scalar parameters
+    (``"R-hat 1.024 (phi), bulk ESS 159 (tau_lr)"``), None when nothing fails. More draws mend slow mixing, not a
+    chain stuck in another mode, which stays there for thousands of draws, each at the tree-depth cap: so the
+    answer is no where the worst R-hat is above `RHAT_STUCK` and did not fall since the draws one block ago
+    (`rhat_before`; a short first block's R-hat can be far above 1.1 and still fall)."""
     rhat, ess = _rhat_ess({k: np.asarray(v, float) for k, v in draws.items() if np.ndim(v) == 2})
     bad = {k: v for k, v in rhat.items() if np.isfinite(v) and v > RHAT_MAX}
     low = {k: v for k, v in ess.items() if np.isfinite(v) and v < ESS_MIN}
@@ -262,7 +274,8 @@ def _unconverged(draws: dict[str, np.ndarray]) -> str | None:
     if low:
         k = min(low, key=low.get)
         out.append(f"bulk ESS {low[k]:.0f} ({k})")
-    return ", ".join(out) or None
+    worst = max(bad.values(), default=1.0)
+    return bool(out) and (worst <= RHAT_STUCK or worst < rhat_before), ", ".join(out) or None, worst
 
 
 def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, method, extra=None):
