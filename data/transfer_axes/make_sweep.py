@@ -30,7 +30,8 @@ horizon axes (the optimum is expected to fall with the horizon).
 No run is shared across axes or arms (each axis's proxy runs its own grid; at k = 0 the two arms of the wd
 and horizon proxies are the same configuration, run twice, a check of determinism). 15 + 24 + 24 = 63 runs,
 named ``<axis>-<shape>-<arm>-lr<peak LR>``, in the order k = 0, -1, 1, -2, 2 so that an interrupted sweep has
-each valley's centre first.
+each valley's centre first; then one run added once the 63 had landed (``EDGE``): the one valley whose best
+run was at the grid's edge (wd1.6, timescale arm, k = +1) gets k = +2: 64 runs.
 
     PYTHONPATH=<trainer checkout> python data/transfer_axes/make_sweep.py [-o data/transfer_axes/sweep.toml]
 """
@@ -66,6 +67,11 @@ AXES = {
 }
 
 
+#: (axis, arm, shape, k) added once the 63 had landed: the one valley whose best run was at the grid's edge
+#: (wd1.6 under the timescale arm, at k = +1) gets one more LR past it
+EDGE = (("wd", "timescale", "wd1.6", 2),)
+
+
 def timescale(lam: float) -> float:
     """The AdamW timescale 1/(eta_0 lambda) as a fraction of the proxy's run: the ``timescale`` arm's setting."""
     return 1.0 / (LR_PROXY * lam * STEPS)
@@ -75,6 +81,7 @@ def runs() -> list[dict]:
     """Every run in sweep order: name, axis, shape, arm, n_layers, k, lr, total_tokens and its optimizer and muP."""
     plan = [(k, axis, arm, shape) for k in (0, -1, 1, -2, 2) for axis, spec in AXES.items() if k in spec["ks"]
             for arm in spec["arms"] for shape in spec["shapes"]]
+    plan += [(k, axis, arm, next(s for s in AXES[axis]["shapes"] if s[0] == shape)) for axis, arm, shape, k in EDGE]
     out = []
     for k, axis, arm, (shape, n_layers, lam, tokens) in plan:
         lr = float(f"{LR_PROXY * 2.0 ** k:.3g}")
