@@ -20,6 +20,22 @@ the smallest in standard parametrization (the naive "use the small model's LR"),
     nice -n 10 .venv/bin/python benchmarks/fitting_vs_transfer.py [--runs data/calibration/runs.jsonl]
         [--out out/calibration_checks] [--chains 4 --warmup 500 --samples 500]
 
+``--studies`` runs the same comparison along each axis of the project's muTransfer studies (data/transfer/:
+width and depth, muP against SP; data/transfer_axes/: depth under CompleteP, token horizon with a fixed
+lambda or a fixed AdamW timescale), from their committed LR valleys, one row per (axis, arm):
+
+- **Transfer**: the proxy's best LR on its grid, used unchanged at the axis's largest value (4x the width,
+  depth or tokens); its loss there is the study's own run at that LR.
+- **Fitting**: the ``surface`` model (the fixed-batch design, as the studies' ``summarize.py``, default NUTS
+  draws) fitted to the valleys of the proxy and the middle value only, predicting ``lr_opt_at_batch`` at the
+  largest value's (N, D); the largest model is trained once at the posterior median, with the study's
+  configuration otherwise.
+- The judge: the largest value's best run on the study's grid (4-5 LRs a factor 2 apart).
+
+The weight-decay axis has no row: the model has no law in lambda to extrapolate along.
+
+    nice -n 10 .venv/bin/python benchmarks/fitting_vs_transfer.py --studies [--out out/transfer_checks]
+
 Trainings and the fit are cached in ``--out``. Prints a table, then as its last line one JSON object.
 """
 
@@ -50,8 +66,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--warmup", type=int, default=500)
     p.add_argument("--samples", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--studies", action="store_true",
+                   help="compare along the muTransfer studies' axes (data/transfer*/) instead")
     args = p.parse_args(argv)
     import scalinfer.runtime
+
+    if args.studies:
+        scalinfer.runtime.configure(args.chains)
+        return studies(args.out if args.out != OUT else STUDY_OUT, args.chains, args.seed)
 
     scalinfer.runtime.configure(args.chains)  # as the CLI (the sweeps train in worker processes of their own)
     t0 = time.perf_counter()
@@ -129,6 +151,73 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                "mup_lr_small": lr_mup, "mup_tuning": dict(zip(map(str, lrs), tune_loss.tolist())),
                "fit_lr": lr_fit, "fit_batch": batch_fit, "winner": winner, "margin_nats": margin,
                "margin_pct": 100 * margin / max(transfer, fitting), "rows": rows,
+               "wall_s": round(time.perf_counter() - t0, 1)}
+    print(json.dumps(_clean(summary)))
+    return summary
+
+
+#: (study folder, axis, arm, the axis's values from the proxy to the largest) of each row of ``--studies``
+STUDIES = (
+    ("transfer", "width", "sp", ("d32l2h2", "d64l2h4", "d128l2h8")),
+    ("transfer", "width", "mup", ("d32l2h2", "d64l2h4", "d128l2h8")),
+    ("transfer", "depth", "sp", ("d64l2h4", "d64l4h4", "d64l8h4")),
+    ("transfer", "depth", "mup", ("d64l2h4", "d64l4h4", "d64l8h4")),
+    ("transfer_axes", "depth", "completep", ("d64l2h4", "d64l4h4", "d64l8h4")),
+    ("transfer_axes", "horizon", "fixed", ("D164k", "D328k", "D655k")),
+    ("transfer_axes", "horizon", "timescale", ("D164k", "D328k", "D655k")),
+)
+STUDY_OUT = OUT.parent / "transfer_checks"
+
+
+def studies(out: Path, chains: int, seed: int) -> dict[str, Any]:
+    """Fitting against Transfer along the muTransfer studies' axes (see the module docstring)."""
+    import pandas as pd
+
+    import scalinfer
+
+    t0 = time.perf_counter()
+    data = Path(__file__).resolve().parent.parent / "data"
+    rows = []
+    for folder, axis, arm, values in STUDIES:
+        runs = pd.read_json(data / folder / "runs.jsonl", lines=True)
+        runs["_axis"], runs["_value"], runs["_arm"] = zip(*(n.split("-")[:3] for n in runs["name"]))
+        runs = runs[(runs["_axis"] == axis) & (runs["_arm"] == arm) & ~runs["diverged"]]
+        proxy, large = runs[runs["_value"] == values[0]], runs[runs["_value"] == values[-1]]
+        lr_transfer = float(proxy.loc[proxy["loss"].idxmin(), "lr"])
+        at_transfer = large[np.isclose(large["lr"], lr_transfer)]
+        best = large.loc[large["loss"].idxmin()]
+        train = runs[runs["_value"].isin(values[:-1])].drop(columns=["_axis", "_value", "_arm"])
+        f = scalinfer.fit(scalinfer.load_runs(train.reset_index(drop=True)), model="surface", chains=chains,
+                          seed=seed, size_scatter=False)
+        warn = [w for w in f.warnings() if "R-hat" in w or "divergent" in w]
+        N, D = float(best["N"]), float(best["D"])
+        med, lo, hi = (float(v) for v in f.predict(N=N, D=D).interval("lr_opt_at_batch"))
+        lr_fit = float(f"{med:.3g}")
+        config = json.loads((data / folder / "runs" / best["run_id"] / "config.json").read_text())
+        rec = train_settings(config, [{"name": f"{axis}-{values[-1]}-{arm}-fit-lr{lr_fit:.3g}", "lr": lr_fit,
+                                       "batch_tokens": config["batch_tokens"],
+                                       "total_tokens": config["total_tokens"]}], out, f"{folder}-{axis}-{arm}")[0]
+        fit_loss = float("nan") if rec["diverged"] else float(rec["loss"])
+        transfer_loss = float(at_transfer["loss"].iloc[0]) if len(at_transfer) else float("nan")
+        g = float(best["loss"])
+        rows.append({"study": folder, "axis": axis, "arm": arm, "proxy": values[0], "target": values[-1],
+                     "N": N, "D": D, "transfer_lr": lr_transfer, "transfer_loss": transfer_loss,
+                     "transfer_vs_grid_pct": 100 * (transfer_loss / g - 1),
+                     "fit_lr": lr_fit, "fit_lr_lo": lo, "fit_lr_hi": hi,
+                     "fit_loss": fit_loss, "fit_vs_grid_pct": 100 * (fit_loss / g - 1),
+                     "grid_best_lr": float(best["lr"]), "grid_best_loss": g,
+                     "winner": "fitting" if fit_loss < transfer_loss else "transfer",
+                     "fit_draws_per_chain": int(f.posterior["sigma0"].shape[-1]), "fit_warnings": warn})
+    print(f"{'axis':>8} {'arm':>10} {'target':>9} {'transfer lr':>11} {'vs grid':>8} {'fitted lr [90%]':>26} "
+          f"{'vs grid':>8} {'grid best lr':>12}  winner")
+    for r in rows:
+        print(f"{r['axis']:>8} {r['arm']:>10} {r['target']:>9} {r['transfer_lr']:>11.3g} "
+              f"{r['transfer_vs_grid_pct']:>+7.2f}% {r['fit_lr']:>9.3g} [{r['fit_lr_lo']:.3g}, {r['fit_lr_hi']:.3g}]"
+              f"{'':>2}{r['fit_vs_grid_pct']:>+7.2f}% {r['grid_best_lr']:>12.3g}  {r['winner']}")
+        for w in r["fit_warnings"]:
+            print(f"{'':>10}fit warning: {w}")
+    summary = {"benchmark": "fitting_vs_transfer", "mode": "studies", "rows": rows,
+               "fitting_wins": sum(r["winner"] == "fitting" for r in rows), "n_rows": len(rows),
                "wall_s": round(time.perf_counter() - t0, 1)}
     print(json.dumps(_clean(summary)))
     return summary
