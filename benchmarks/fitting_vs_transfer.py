@@ -57,11 +57,25 @@ from end_to_end import (  # noqa: E402  (a sibling script)
 )
 
 
+#: (study folder, axis, arm, the axis's values from the proxy to the largest) of each row of ``--studies``
+STUDIES = (
+    ("transfer", "width", "sp", ("d32l2h2", "d64l2h4", "d128l2h8")),
+    ("transfer", "width", "mup", ("d32l2h2", "d64l2h4", "d128l2h8")),
+    ("transfer", "depth", "sp", ("d64l2h4", "d64l4h4", "d64l8h4")),
+    ("transfer", "depth", "mup", ("d64l2h4", "d64l4h4", "d64l8h4")),
+    ("transfer_axes", "depth", "completep", ("d64l2h4", "d64l4h4", "d64l8h4")),
+    ("transfer_axes", "horizon", "fixed", ("D164k", "D328k", "D655k")),
+    ("transfer_axes", "horizon", "timescale", ("D164k", "D328k", "D655k")),
+)
+STUDY_OUT = OUT.parent / "transfer_checks"
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=Path, default=RUNS)
-    p.add_argument("--out", type=Path, default=OUT,
-                   help="trainings and the held-out fit are cached here (shared with end_to_end.py)")
+    p.add_argument("--out", type=Path, default=None,
+                   help=f"trainings and the held-out fit are cached here (default {OUT.relative_to(OUT.parents[1])}, "
+                   f"shared with end_to_end.py; with --studies {STUDY_OUT.relative_to(STUDY_OUT.parents[1])})")
     p.add_argument("--chains", type=int, default=4)
     p.add_argument("--warmup", type=int, default=500)
     p.add_argument("--samples", type=int, default=500)
@@ -71,11 +85,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     import scalinfer.runtime
 
-    if args.studies:
-        scalinfer.runtime.configure(args.chains)
-        return studies(args.out if args.out != OUT else STUDY_OUT, args.chains, args.seed)
-
     scalinfer.runtime.configure(args.chains)  # as the CLI (the sweeps train in worker processes of their own)
+    if args.studies:
+        return studies(args.out or STUDY_OUT, args.chains, args.seed)
+    args.out = args.out or OUT
     t0 = time.perf_counter()
     runs, df = load_table(args.runs)
     ns = sizes(df)
@@ -154,19 +167,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                "wall_s": round(time.perf_counter() - t0, 1)}
     print(json.dumps(_clean(summary)))
     return summary
-
-
-#: (study folder, axis, arm, the axis's values from the proxy to the largest) of each row of ``--studies``
-STUDIES = (
-    ("transfer", "width", "sp", ("d32l2h2", "d64l2h4", "d128l2h8")),
-    ("transfer", "width", "mup", ("d32l2h2", "d64l2h4", "d128l2h8")),
-    ("transfer", "depth", "sp", ("d64l2h4", "d64l4h4", "d64l8h4")),
-    ("transfer", "depth", "mup", ("d64l2h4", "d64l4h4", "d64l8h4")),
-    ("transfer_axes", "depth", "completep", ("d64l2h4", "d64l4h4", "d64l8h4")),
-    ("transfer_axes", "horizon", "fixed", ("D164k", "D328k", "D655k")),
-    ("transfer_axes", "horizon", "timescale", ("D164k", "D328k", "D655k")),
-)
-STUDY_OUT = OUT.parent / "transfer_checks"
 
 
 def studies(out: Path, chains: int, seed: int) -> dict[str, Any]:

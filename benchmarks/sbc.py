@@ -235,6 +235,9 @@ def main(argv=None) -> int:
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--samples", type=int, default=300, help="draws per chain")
+    ap.add_argument("--max-samples", type=int, default=None,
+                    help="draw more per chain, `--samples` at a time, up to this, while a fit has not converged "
+                    "(`scalinfer.fit`'s max_samples; default --samples: exactly --samples)")
     ap.add_argument("--rank-draws", type=int, default=99, help="posterior draws the truth is ranked among")
     ap.add_argument("--bins", type=int, default=5, help="bins of the chi-square test of the ranks")
     ap.add_argument("--seed", type=int, default=0)
@@ -253,10 +256,14 @@ def main(argv=None) -> int:
         args.datasets, args.warmup, args.samples = min(args.datasets, 3), 150, 150
     if args.datasets < 1 or args.chains < 1 or args.samples < 1 or args.rank_draws < 1 or args.bins < 2:
         ap.error("--datasets, --chains, --samples, --rank-draws must be at least 1, --bins at least 2")
+    if args.max_samples is not None and args.max_samples < args.samples:
+        ap.error(f"--max-samples {args.max_samples} is below --samples {args.samples}")
 
     from scalinfer.runtime import configure
 
     configure(args.chains)
+    from arviz_stats import rhat
+
     import scalinfer
     from scalinfer.errors import ScalinferError
     from scalinfer.models.surface import MODEL
@@ -279,7 +286,8 @@ def main(argv=None) -> int:
     L = args.rank_draws
     res = {v: {"in50": {q: [] for q in QUANTITIES}, "in90": {q: [] for q in QUANTITIES},
                "rank": {q: [] for q in QUANTITIES}, "param_rank": {k: [] for k in PARAMS}} for v in variants}
-    fits = {"rhat_max": [], "divergences": [], "wall_s": [], "failed": 0, "variant": []}
+    fits = {"rhat_max": [], "divergences": [], "wall_s": [], "failed": 0, "variant": [], "draws": [],
+            "rhat_scalar_first": [], "rhat_scalar_all": []}
     censored = {v: [] for v in variants}
     t_all = time.perf_counter()
     def report(done: int):
@@ -332,7 +340,7 @@ def main(argv=None) -> int:
                 runs = validate(df.drop(columns=["true_lr_opt", "true_batch_opt", "true_loss_opt"]),
                                 source=f"sbc data set {v} {seed}", kind="runs")
                 fit = scalinfer.fit(runs, model=model, chains=args.chains, warmup=args.warmup,
-                                    samples=args.samples, seed=seed)
+                                    samples=args.samples, max_samples=args.max_samples, seed=seed)
             except ScalinferError as e:
                 fits["failed"] += 1
                 print(f"[{v} {k + 1}/{args.datasets}] seed {seed}: not fitted: {e}", flush=True)
@@ -356,12 +364,21 @@ def main(argv=None) -> int:
             fits["rhat_max"].append(max(rh) if rh else float("nan"))
             fits["divergences"].append(fit.divergences)
             fits["wall_s"].append(wall)
+            fits["draws"].append(int(fit.posterior.sizes["draw"]))
+            # the scalar parameters' worst R-hat over the first --samples draws and over all: an extended run is
+            # one long run, so the first is what the fit without extension would have had
+            scalar = [k2 for k2 in fit.posterior.data_vars if fit.posterior[k2].ndim == 2]
+            for key, n in (("rhat_scalar_first", args.samples), ("rhat_scalar_all", None)):
+                fits[key].append(max(float(rhat(np.asarray(fit.posterior[k2])[:, :n], chain_axis=0, draw_axis=1))
+                                     for k2 in scalar))
             fits["variant"].append(v)
             last = {name: r["in90"][name][-len(RATIOS):] for name in QUANTITIES}
             hits = " ".join(f"{ratio}x:{int(last['lr_opt'][j][1])}{int(last['batch_opt'][j][1])}"
                             for j, ratio in enumerate(RATIOS))
             print(f"[{v} {k + 1}/{args.datasets}] seed {seed}: censored {censored[v][-1]:.2f}, in90 (lr,batch) {hits}, "
-                  f"R-hat max {fits['rhat_max'][-1]:.3f}, {fit.divergences} div, {wall:.1f} s", flush=True)
+                  f"R-hat max {fits['rhat_max'][-1]:.3f} after {fits['draws'][-1]} draws per chain (scalars "
+                  f"{fits['rhat_scalar_first'][-1]:.3f} after {args.samples}), {fit.divergences} div, "
+                  f"{wall:.1f} s", flush=True)
 
         if k + 1 < args.datasets:
             report(k + 1)
@@ -376,10 +393,17 @@ def main(argv=None) -> int:
                     "fits_rhat_above_1.01": int(np.sum(rmax > 1.01)), "divergences": int(np.sum(fits["divergences"])),
                     "n": int(rmax.size), "failed": fits["failed"],
                     "wall_s_median": float(np.median(fits["wall_s"])) if fits["wall_s"] else None,
+                    "draws_per_chain_median": float(np.median(fits["draws"])) if fits["draws"] else None,
+                    "fits_extended": int(np.sum(np.asarray(fits["draws"]) > args.samples)),
+                    "rhat_scalar_first_median": float(np.nanmedian(fits["rhat_scalar_first"])) if rmax.size else None,
+                    "rhat_scalar_all_median": float(np.nanmedian(fits["rhat_scalar_all"])) if rmax.size else None,
+                    "rhat_scalar_first_above_1.01": int(np.sum(np.asarray(fits["rhat_scalar_first"]) > 1.01)),
+                    "rhat_scalar_all_above_1.01": int(np.sum(np.asarray(fits["rhat_scalar_all"]) > 1.01)),
                     "rhat_above_1.01_by_variant": {v: int(np.sum(rmax[np.asarray(fits["variant"]) == v] > 1.01))
                                                    for v in variants}},
            "settings": {"prior": prior, "no_divergence": args.no_divergence, "datasets": args.datasets,
-                        "chains": args.chains, "warmup": args.warmup, "samples": args.samples, "rank_draws": L,
+                        "chains": args.chains, "warmup": args.warmup, "samples": args.samples,
+                        "max_samples": args.max_samples or args.samples, "rank_draws": L,
                         "bins": args.bins, "seed": args.seed,
                         "design": {k: [float(x) for x in np.ravel(val)] for k, val in CAL_DESIGN.items()},
                         "n_runs_per_dataset": len(design), "targets_N": N_T.tolist(), "targets_D": D_T.tolist()},
