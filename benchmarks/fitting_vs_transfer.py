@@ -212,7 +212,8 @@ def studies(out: Path, chains: int, seed: int) -> dict[str, Any]:
           f"{'vs grid':>8} {'grid best lr':>12}  winner")
     for r in rows:
         print(f"{r['axis']:>8} {r['arm']:>10} {r['target']:>9} {r['transfer_lr']:>11.3g} "
-              f"{r['transfer_vs_grid_pct']:>+7.2f}% {r['fit_lr']:>9.3g} [{r['fit_lr_lo']:.3g}, {r['fit_lr_hi']:.3g}]"
+              f"{r['transfer_vs_grid_pct']:>+7.2f}% {r['fit_lr']:>9.3g} "
+              f"[{r['fit_lr_lo']:.3g}, {r['fit_lr_hi']:.3g}]"
               f"{'':>2}{r['fit_vs_grid_pct']:>+7.2f}% {r['grid_best_lr']:>12.3g}  {r['winner']}")
         for w in r["fit_warnings"]:
             print(f"{'':>10}fit warning: {w}")

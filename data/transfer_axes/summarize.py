@@ -128,7 +128,8 @@ def fit_all(axes: list[str]) -> None:
                 if shape != shapes[0]:
                     drift = opt[shape] / proxy
                     r, e = np.quantile(drift, Q), np.quantile(np.log(drift) / np.log(row["multiplier"]), Q)
-                    row |= {"drift": r[1], "drift_lo": r[0], "drift_hi": r[2], "p_drift_below_1": float(np.mean(drift < 1)),
+                    row |= {"drift": r[1], "drift_lo": r[0], "drift_hi": r[2],
+                            "p_drift_below_1": float(np.mean(drift < 1)),
                             "exponent": e[1], "exponent_lo": e[0], "exponent_hi": e[2]}
                 out.append(row)
     order = list(AXES)
