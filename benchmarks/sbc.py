@@ -60,11 +60,11 @@ Misspecification rows (`scalinfer.models.surface.simulate.Variant`; the populati
 
 Fits: 2 chains x (300 warmup + 300 draws), then 300 more at a time, continuing the same chains, while the
 draws have not converged (R-hat > 1.01 or bulk ESS < 400, `scalinfer.fit`'s rule), up to ``--max-samples``
-(default 4 x ``--samples``): not the CLI's 4 x (500 + 1,000), which costs ~5x as much per fit. At exactly 300
-draws 11 of 12 well-specified fits had an R-hat above 1.01, after the extension 2 (benchmarks/README.md): an
-SBC on unconverged fits tests the sampler as much as the model. R-hat (the worst over the first 300 draws and
-over all, and the summary's), draws per chain and divergences are reported (``fits``). The converged and the diverged runs' arrays are each padded to the
-design's 495 rows and masked (`scalinfer.models.surface.data.pad_runs`): the count of censored runs differs
+(default 4 x ``--samples``): not the CLI's 4 x (500 + 1,000), which costs ~5x as much per fit. An SBC on
+unconverged fits tests the sampler as much as the model, and at exactly 300 draws most fits are not converged
+(benchmarks/README.md). R-hat (the scalars' worst over the first ``--samples`` draws and over all, and the
+summary's), draws per chain and divergences are reported (``fits``). The converged and the diverged runs'
+arrays are each padded to the design's 495 rows and masked (`scalinfer.models.surface.data.pad_runs`): the count of censored runs differs
 between data sets, and without the padding every fit would compile its own programs. Ranks are of the
 truth among ``--rank-draws`` (99) draws thinned evenly from the posterior; uniformity by a chi-square test on
 ``--bins`` equal bins (``chi2_p``) and by whether the ranks' ECDF stays inside the 95% simultaneous band
