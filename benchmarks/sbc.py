@@ -64,8 +64,9 @@ draws have not converged (R-hat > 1.01 or bulk ESS < 400, `scalinfer.fit`'s rule
 unconverged fits tests the sampler as much as the model, and at exactly 300 draws most fits are not converged
 (benchmarks/README.md). R-hat (the scalars' worst over the first ``--samples`` draws and over all, and the
 summary's), draws per chain and divergences are reported (``fits``). The converged and the diverged runs'
-arrays are each padded to the design's 495 rows and masked (`scalinfer.models.surface.data.pad_runs`): the count of censored runs differs
-between data sets, and without the padding every fit would compile its own programs. Ranks are of the
+arrays are each padded to the design's 495 rows and masked (`scalinfer.models.surface.data.pad_runs`): the
+count of censored runs differs between data sets, and without the padding every fit would compile its own
+programs. Ranks are of the
 truth among ``--rank-draws`` (99) draws thinned evenly from the posterior; uniformity by a chi-square test on
 ``--bins`` equal bins (``chi2_p``) and by whether the ranks' ECDF stays inside the 95% simultaneous band
 (`arviz_stats.ecdf_utils.ecdf_pit`, ``ecdf_in_band``). Parameters ranked: the natural exponents of eta* and B*,
