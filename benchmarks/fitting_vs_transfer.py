@@ -181,8 +181,9 @@ def studies(out: Path, chains: int, seed: int) -> dict[str, Any]:
     for folder, axis, arm, values in STUDIES:
         runs = pd.read_json(data / folder / "runs.jsonl", lines=True)
         runs["_axis"], runs["_value"], runs["_arm"] = zip(*(n.split("-")[:3] for n in runs["name"]))
-        runs = runs[(runs["_axis"] == axis) & (runs["_arm"] == arm) & ~runs["diverged"]]
-        proxy, large = runs[runs["_value"] == values[0]], runs[runs["_value"] == values[-1]]
+        runs = runs[(runs["_axis"] == axis) & (runs["_arm"] == arm)]
+        ok = runs[~runs["diverged"]]  # the best runs are among the converged; the fit takes every run (censored)
+        proxy, large = ok[ok["_value"] == values[0]], ok[ok["_value"] == values[-1]]
         lr_transfer = float(proxy.loc[proxy["loss"].idxmin(), "lr"])
         at_transfer = large[np.isclose(large["lr"], lr_transfer)]
         best = large.loc[large["loss"].idxmin()]

@@ -69,7 +69,6 @@ def test_baseline_needs_no_fit():
     assert p["batch_opt"]["alias_of"] == "batch_loss_opt" and p["batch_opt"]["median"] == p["batch_loss_opt"]["median"]
 
 
-
 @pytest.mark.parametrize("N, D", [("1e9", "1e8:1e6:2"), ("1e9,2e9", "1e8")])
 def test_a_baseline_at_several_points_is_one_line(N, D):
     # fuzz_cli.py seed 4 found a traceback here: a peer law answers at one (N, D)
