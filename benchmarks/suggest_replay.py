@@ -22,12 +22,19 @@ Refits are NUTS at fit's defaults (``--chains`` x (``--warmup`` + ``--samples``)
 ``--samples`` more at a time while R-hat > 1.01 or bulk ESS < 400, up to ``--max-samples``, 4,000): shorter
 refits (2 x (250 + 250) until 2026-12-03) made each strategy's width swing by 20-40% from one round to the next
 while its data only grew, more than the 10% goal; each round's line gives the refit's R-hat max. The cost
-of a strategy is the FLOPs of the runs it bought beyond the seed design (6 N D each); the JSON last line gives
-``flops_ratio_vs_random`` and ``flops_ratio_vs_grid`` (suggest's over theirs; a strategy that never reaches the
-width counts as the whole universe's FLOPs, and ``reached`` says which did).
+of a strategy is the FLOPs of the runs it bought beyond the seed design (6 N D each), up to the round at which it
+first reached the width. The JSON last line gives ``flops_ratio_vs_random`` and ``flops_ratio_vs_grid``
+(suggest's cost over theirs) with ``flops_ratio_vs_*_kind``:
+
+- ``exact``: both reached the width;
+- ``upper bound``: suggest reached it and the other had not when the run ended. Its cost is then at least what
+  it had spent, so the ratio is at most suggest's cost over that (the ratio printed). A strategy that has not
+  reached the width stops buying once this bound is below ``--bound`` (default 0.5, #23's target): more rounds
+  would only sharpen a bound already known to pass;
+- ``none`` (ratio null): suggest did not reach the width, so there is no cost to compare.
 
     nice -n 10 .venv/bin/python benchmarks/suggest_replay.py [--per-round 32] [--max-rounds 10] [--quick]
-        [--full-width HI_OVER_LO]
+        [--full-width HI_OVER_LO] [--bound 0.5]
 
 Reads ``../shared/datasets/steplaw/dense_runs.csv`` (relative to the repository root).
 """
@@ -72,6 +79,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--full-width", type=float, default=None,
                     help="the full grid's hi/lo, measured before (skips its fit)")
+    ap.add_argument("--bound", type=float, default=0.5,
+                    help="stop a strategy that has not reached the width once suggest's cost over its spend is below this")
     ap.add_argument("--quick", action="store_true", help="2 rounds, 1 x (150 + 150) refits: a smoke run")
     args = ap.parse_args(argv)
     if args.quick:
@@ -115,13 +124,19 @@ def main(argv=None) -> int:
           f"{fit_rhat(fit0):.3f})", flush=True)
 
     # round-major: every strategy buys its round before any buys the next, so a cut-short run compares them fairly
-    state = {k: {"have": list(seed_idx), "fit": fit0, "w": w0, "spent": 0.0, "trace": [], "done": False}
+    state = {k: {"have": list(seed_idx), "fit": fit0, "w": w0, "spent": 0.0, "trace": [], "done": False,
+                 "reached": bool(np.log(w0) <= 1.1 * np.log(w_full))}
              for k in ("suggest", "random", "grid")}
     pick_rng = np.random.default_rng(args.seed + 1)
     for rnd in range(args.max_rounds):
         for strategy, st in state.items():
             if st["done"] or np.log(st["w"]) <= 1.1 * np.log(w_full):
                 st["done"] = True
+                continue
+            sg = state["suggest"]
+            if strategy != "suggest" and sg["done"] and sg["reached"] and st["spent"] > 0 \
+                    and sg["spent"] / st["spent"] < args.bound:
+                st["done"] = True  # not reached, but the ratio's upper bound already passes --bound
                 continue
             have = st["have"]
             rest = np.setdiff1d(np.arange(len(full)), have)
@@ -144,6 +159,8 @@ def main(argv=None) -> int:
             st["spent"] += float(flops[picks].sum())
             st["fit"] = refit(have)
             st["w"] = width(st["fit"])
+            st["reached"] = bool(np.log(st["w"]) <= 1.1 * np.log(w_full))
+            st["done"] = st["reached"]
             rhat = fit_rhat(st["fit"])
             st["trace"].append({"round": rnd + 1, "runs": len(have), "flops": st["spent"], "width": st["w"],
                                 "r_hat_max": rhat, "divergences": int(st["fit"].divergences),
@@ -154,18 +171,29 @@ def main(argv=None) -> int:
                   flush=True)
     results = {}
     for strategy, st in state.items():
-        reached = bool(np.log(st["w"]) <= 1.1 * np.log(w_full))
-        results[strategy] = {"reached": reached,
-                             "flops": st["spent"] if reached else float(flops.sum() - seed_flops),
+        results[strategy] = {"reached": st["reached"], "flops": st["spent"] if st["reached"] else None,
                              "flops_spent": st["spent"], "width": st["w"], "trace": st["trace"]}
-        print(f"{strategy:>8}: {'reached' if reached else 'did not reach'} the goal; {st['spent']:.3g} FLOPs beyond "
-              "the seed", flush=True)
+        print(f"{strategy:>8}: {'reached' if st['reached'] else 'did not reach'} the goal; {st['spent']:.3g} FLOPs "
+              "beyond the seed", flush=True)
+
+    def ratio(other):
+        s_, o = results["suggest"], results[other]
+        if not s_["reached"]:
+            return None, "none"
+        if o["reached"]:
+            return s_["flops"] / o["flops"] if o["flops"] else float("inf"), "exact"
+        return (s_["flops"] / o["flops_spent"] if o["flops_spent"] else None), "upper bound"
+
+    ratios = {k: ratio(k) for k in ("random", "grid")}
+    for k, (r, kind) in ratios.items():
+        print(f"suggest's FLOPs over {k}'s: " + ("not measured (suggest did not reach the goal)" if r is None else
+              f"{'<= ' if kind == 'upper bound' else ''}{r:.3f} ({kind})"), flush=True)
     out = {"target": {"N": TARGET_N, "D": TARGET_D}, "width_full": w_full, "width_seed": w0, "goal": goal,
            "seed_runs": len(seed_idx), "per_round": args.per_round,
            "refit": f"nuts {args.chains} x ({args.warmup} + {args.samples}, up to {args.max_samples})",
-           **{f"{k}_{f}": v[f] for k, v in results.items() for f in ("reached", "flops", "width")},
-           "flops_ratio_vs_random": results["suggest"]["flops"] / results["random"]["flops"],
-           "flops_ratio_vs_grid": results["suggest"]["flops"] / results["grid"]["flops"],
+           **{f"{k}_{f}": v[f] for k, v in results.items() for f in ("reached", "flops", "flops_spent", "width")},
+           **{f"flops_ratio_vs_{k}": r for k, (r, _) in ratios.items()},
+           **{f"flops_ratio_vs_{k}_kind": kind for k, (_, kind) in ratios.items()},
            "wall_s": time.perf_counter() - t0}
     print(json.dumps(out))
     return 0
