@@ -15,6 +15,11 @@ universe is spent:
 - ``random``: uniformly among the remaining runs (seeded);
 - ``grid``: the file's order (size by size, budget by budget, LR by batch): a sweep run as it is listed.
 
+Each refit also gives the **regret** of the point `scalinfer.decide.recommend` would launch at the target (the
+LR and batch minimizing posterior expected loss): 100 (loss of the held-out 1.07e9 grid's cell nearest it at
+D = 2e10 / that grid's best cell's loss - 1), in % (``benchmarks/_grid.py``; the backtest's rule). The held-out
+size's runs are never bought: they only score.
+
 The rounds run round-major (each strategy buys its round before any buys the next), so a run cut short still
 compares the strategies at equal rounds.
 
@@ -34,7 +39,12 @@ first reached the width. The JSON last line gives ``flops_ratio_vs_random`` and 
 - ``none`` (ratio null): suggest did not reach the width, so there is no cost to compare.
 
     nice -n 10 .venv/bin/python benchmarks/suggest_replay.py [--per-round 32] [--max-rounds 10] [--quick]
-        [--full-width HI_OVER_LO] [--bound 0.5]
+        [--full-width HI_OVER_LO] [--bound 0.5] [--out DIR] [--grid-from R]
+
+``--out DIR`` writes two files there (replacing them): ``rounds.csv``, every refit as one row (strategy, round,
+runs, FLOPs beyond the seed, hi/lo, regret %, R-hat max, divergent transitions, draws per chain; round 0 the
+seed design),
+and ``result.json``, the JSON last line. notebooks/decide.ipynb draws data/suggest_replay/'s.
 
 Reads ``../shared/datasets/steplaw/dense_runs.csv`` (relative to the repository root).
 """
@@ -60,10 +70,19 @@ def width(fit) -> float:
     return float(hi / lo)
 
 
+def point_regret(fit, truth: dict) -> float:
+    """Regret (%) on the held-out grid `truth` of the point `recommend` gives at the target."""
+    from _grid import regret
+    from scalinfer.decide import recommend
+
+    r = recommend(fit, TARGET_N, TARGET_D)
+    return regret(truth, r.recommended["lr"].value, r.recommended["batch"].value)[0]
+
+
 def fit_rhat(fit) -> float:
     """The largest R-hat over the fit's scalar parameters (a refit whose chains disagree gives a width that says
     more about the sampler than about the runs bought)."""
-    return float(max(v["r_hat"] for v in fit.summary().values() if np.isfinite(v["r_hat"])))
+    return float(max((v["r_hat"] for v in fit.summary().values() if np.isfinite(v["r_hat"])), default=np.nan))
 
 
 def main(argv=None) -> int:
@@ -80,7 +99,11 @@ def main(argv=None) -> int:
     ap.add_argument("--full-width", type=float, default=None,
                     help="the full grid's hi/lo, measured before (skips its fit)")
     ap.add_argument("--bound", type=float, default=0.5,
-                    help="stop a strategy that has not reached the width once suggest's cost over its spend is below this")
+                    help="stop a strategy short of the width once suggest's cost over its spend is below this")
+    ap.add_argument("--grid-from", type=int, default=None, metavar="R",
+                    help="continue grid order alone from round R (a run cut short: its table at round R - 1 is the "
+                         "seed plus the file's next (R - 1) x --per-round runs, known without fits)")
+    ap.add_argument("--out", default=None, help="a folder for rounds.csv and result.json (checked before the fits)")
     ap.add_argument("--quick", action="store_true", help="2 rounds, 1 x (150 + 150) refits: a smoke run")
     args = ap.parse_args(argv)
     if args.quick:
@@ -91,6 +114,9 @@ def main(argv=None) -> int:
         return 1
     import scalinfer
     import scalinfer.runtime
+    from scalinfer._io import atomic_write_text, check_output_dir
+
+    out_dir = check_output_dir(args.out, inputs=[args.dataset]) if args.out else None
     from scalinfer.runs.schema import validate
 
     scalinfer.runtime.configure(n_devices=args.chains)  # as the CLI: a CPU device per chain, before JAX starts
@@ -98,6 +124,10 @@ def main(argv=None) -> int:
 
     t0 = time.perf_counter()
     full = scalinfer.load_runs(args.dataset, format="steplaw", where="N <= 6e8").df.reset_index(drop=True)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_grid.py
+    from _grid import grid_truth_at
+
+    truth = grid_truth_at(scalinfer.load_runs(args.dataset, format="steplaw", where="N > 6e8").df, TARGET_N, TARGET_D)
     flops = 6.0 * full["N"].to_numpy() * full["D"].to_numpy()
 
     def refit(idx):
@@ -118,22 +148,32 @@ def main(argv=None) -> int:
     seed_idx = [int(i) for _, g in full.groupby(["N", "D"]) for i in
                 rng.choice(g.index.to_numpy(), min(args.seed_runs, len(g)), replace=False)]
     seed_flops = float(flops[seed_idx].sum())
-    fit0 = refit(seed_idx)
-    w0 = width(fit0)
-    print(f"seed design: {len(seed_idx)} runs, {seed_flops:.3g} FLOPs, hi/lo {w0:.3f} (R-hat max "
-          f"{fit_rhat(fit0):.3f})", flush=True)
+    if args.grid_from is None:
+        fit0 = refit(seed_idx)
+        w0, g0 = width(fit0), point_regret(fit0, truth)
+        print(f"seed design: {len(seed_idx)} runs, {seed_flops:.3g} FLOPs, hi/lo {w0:.3f}, regret {g0:.3f}% "
+              f"(R-hat max {fit_rhat(fit0):.3f})", flush=True)
+        strategies, first = ("suggest", "random", "grid"), 0
+    else:
+        fit0, w0, g0 = None, float("inf"), float("nan")
+        strategies, first = ("grid",), args.grid_from - 1
 
     # round-major: every strategy buys its round before any buys the next, so a cut-short run compares them fairly
     state = {k: {"have": list(seed_idx), "fit": fit0, "w": w0, "spent": 0.0, "trace": [], "done": False,
-                 "reached": bool(np.log(w0) <= 1.1 * np.log(w_full))}
-             for k in ("suggest", "random", "grid")}
+                 "reached": bool(np.log(w0) <= 1.1 * np.log(w_full))} for k in strategies}
+    if first:  # grid order's table after `first` rounds, from the file's order alone
+        bought = [int(i) for i in np.setdiff1d(np.arange(len(full)), seed_idx)[:first * args.per_round]]
+        state["grid"]["have"] += bought
+        state["grid"]["spent"] = float(flops[bought].sum())
+        print(f"grid order after round {first}: {len(state['grid']['have'])} runs, +{state['grid']['spent']:.3g} "
+              "FLOPs (not refitted)", flush=True)
     pick_rng = np.random.default_rng(args.seed + 1)
-    for rnd in range(args.max_rounds):
+    for rnd in range(first, args.max_rounds):
         for strategy, st in state.items():
             if st["done"] or np.log(st["w"]) <= 1.1 * np.log(w_full):
                 st["done"] = True
                 continue
-            sg = state["suggest"]
+            sg = state.get("suggest", {"done": False})
             if strategy != "suggest" and sg["done"] and sg["reached"] and st["spent"] > 0 \
                     and sg["spent"] / st["spent"] < args.bound:
                 st["done"] = True  # not reached, but the ratio's upper bound already passes --bound
@@ -159,14 +199,16 @@ def main(argv=None) -> int:
             st["spent"] += float(flops[picks].sum())
             st["fit"] = refit(have)
             st["w"] = width(st["fit"])
+            st["regret"] = point_regret(st["fit"], truth)
             st["reached"] = bool(np.log(st["w"]) <= 1.1 * np.log(w_full))
             st["done"] = st["reached"]
             rhat = fit_rhat(st["fit"])
             st["trace"].append({"round": rnd + 1, "runs": len(have), "flops": st["spent"], "width": st["w"],
-                                "r_hat_max": rhat, "divergences": int(st["fit"].divergences),
+                                "regret": st["regret"], "r_hat_max": rhat,
+                                "divergences": int(st["fit"].divergences),
                                 "draws": int(st["fit"].posterior.sizes["draw"])})
-            print(f"{strategy:>8} round {rnd + 1}: {len(have)} runs, +{st['spent']:.3g} FLOPs, hi/lo {st['w']:.3f} "
-                  f"(R-hat max {rhat:.3f}, {st['fit'].divergences} divergent, "
+            print(f"{strategy:>8} round {rnd + 1}: {len(have)} runs, +{st['spent']:.3g} FLOPs, hi/lo {st['w']:.3f}, "
+                  f"regret {st['regret']:.3f}% (R-hat max {rhat:.3f}, {st['fit'].divergences} divergent, "
                   f"{st['fit'].posterior.sizes['draw']} draws per chain; {time.perf_counter() - t0:.0f} s)",
                   flush=True)
     results = {}
@@ -177,6 +219,8 @@ def main(argv=None) -> int:
               "beyond the seed", flush=True)
 
     def ratio(other):
+        if "suggest" not in results or other not in results:
+            return None, "none"
         s_, o = results["suggest"], results[other]
         if not s_["reached"]:
             return None, "none"
@@ -186,15 +230,28 @@ def main(argv=None) -> int:
 
     ratios = {k: ratio(k) for k in ("random", "grid")}
     for k, (r, kind) in ratios.items():
-        print(f"suggest's FLOPs over {k}'s: " + ("not measured (suggest did not reach the goal)" if r is None else
+        why = "suggest did not reach the goal" if "suggest" in results else "suggest not in this run"
+        print(f"suggest's FLOPs over {k}'s: " + (f"not measured ({why})" if r is None else
               f"{'<= ' if kind == 'upper bound' else ''}{r:.3f} ({kind})"), flush=True)
-    out = {"target": {"N": TARGET_N, "D": TARGET_D}, "width_full": w_full, "width_seed": w0, "goal": goal,
+    seeded = fit0 is not None  # not with --grid-from
+    out = {"target": {"N": TARGET_N, "D": TARGET_D}, "width_full": w_full, "width_seed": w0 if seeded else None,
+           "regret_seed": g0 if seeded else None, "goal": goal, "grid_from": args.grid_from,
            "seed_runs": len(seed_idx), "per_round": args.per_round,
            "refit": f"nuts {args.chains} x ({args.warmup} + {args.samples}, up to {args.max_samples})",
            **{f"{k}_{f}": v[f] for k, v in results.items() for f in ("reached", "flops", "flops_spent", "width")},
            **{f"flops_ratio_vs_{k}": r for k, (r, _) in ratios.items()},
            **{f"flops_ratio_vs_{k}_kind": kind for k, (_, kind) in ratios.items()},
            "wall_s": time.perf_counter() - t0}
+    if out_dir is not None:
+        cols = ("round", "runs", "flops", "width", "regret", "r_hat_max", "divergences", "draws")
+        seed = [{"round": 0, "runs": len(seed_idx), "flops": 0.0, "width": w0, "regret": g0,
+                 "r_hat_max": fit_rhat(fit0), "divergences": int(fit0.divergences),
+                 "draws": int(fit0.posterior.sizes["draw"])}] if seeded else []
+        lines = ["strategy," + ",".join(cols)] + [f"{k}," + ",".join(str(t[c]) for c in cols)
+                                                   for k, st in state.items() for t in [*seed, *st["trace"]]]
+        out_dir.mkdir(exist_ok=True)
+        atomic_write_text(out_dir / "rounds.csv", "\n".join(lines) + "\n")
+        atomic_write_text(out_dir / "result.json", json.dumps(out, indent=1) + "\n")
     print(json.dumps(out))
     return 0
 
