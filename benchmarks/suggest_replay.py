@@ -38,13 +38,14 @@ first reached the width. The JSON last line gives ``flops_ratio_vs_random`` and 
   would only sharpen a bound already known to pass;
 - ``none`` (ratio null): suggest did not reach the width, so there is no cost to compare.
 
-    nice -n 10 .venv/bin/python benchmarks/suggest_replay.py [--per-round 32] [--max-rounds 10] [--quick]
+    nice -n 10 .venv/bin/python benchmarks/suggest_replay.py [--per-round 32] [--max-rounds 24] [--quick]
         [--full-width HI_OVER_LO] [--bound 0.5] [--out DIR] [--grid-from R]
 
 ``--out DIR`` writes two files there (replacing them): ``rounds.csv``, every refit as one row (strategy, round,
 runs, FLOPs beyond the seed, hi/lo, regret %, R-hat max, divergent transitions, draws per chain; round 0 the
-seed design),
-and ``result.json``, the JSON last line. notebooks/decide.ipynb draws data/suggest_replay/'s.
+seed design), and ``result.json``, the JSON last line; notebooks/decide.ipynb draws data/suggest_replay/'s.
+``--grid-from R`` continues grid order alone from round R, to settle a bound against it after a run that
+ended first (its table at round R - 1 is the seed plus the file's next (R - 1) x ``--per-round`` runs).
 
 Reads ``../shared/datasets/steplaw/dense_runs.csv`` (relative to the repository root).
 """
@@ -90,7 +91,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dataset", default=str(DATASET))
     ap.add_argument("--seed-runs", type=int, default=4, help="runs per setting in the seed design")
     ap.add_argument("--per-round", type=int, default=32, help="runs bought per round")
-    ap.add_argument("--max-rounds", type=int, default=10)
+    ap.add_argument("--max-rounds", type=int, default=24)
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--samples", type=int, default=1000)
