@@ -59,6 +59,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _grid import grid_truth_at, regret  # benchmarks/, the script's folder, is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASET = ROOT.parent / "shared" / "datasets" / "steplaw" / "dense_runs.csv"
@@ -73,8 +74,7 @@ def width(fit) -> float:
 
 def point_regret(fit, truth: dict) -> float:
     """Regret (%) on the held-out grid `truth` of the point `recommend` gives at the target."""
-    from _grid import regret
-    from scalinfer.decide import recommend
+    from scalinfer.decide import recommend  # after scalinfer.runtime.configure (main)
 
     r = recommend(fit, TARGET_N, TARGET_D)
     return regret(truth, r.recommended["lr"].value, r.recommended["batch"].value)[0]
@@ -124,11 +124,9 @@ def main(argv=None) -> int:
     from scalinfer.suggest import suggest
 
     t0 = time.perf_counter()
-    full = scalinfer.load_runs(args.dataset, format="steplaw", where="N <= 6e8").df.reset_index(drop=True)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_grid.py
-    from _grid import grid_truth_at
-
-    truth = grid_truth_at(scalinfer.load_runs(args.dataset, format="steplaw", where="N > 6e8").df, TARGET_N, TARGET_D)
+    table = scalinfer.load_runs(args.dataset, format="steplaw").df
+    full = table[table["N"] <= 6e8].reset_index(drop=True)      # the universe runs are bought from
+    truth = grid_truth_at(table, TARGET_N, TARGET_D)            # the held-out size's grid, which only scores
     flops = 6.0 * full["N"].to_numpy() * full["D"].to_numpy()
 
     def refit(idx):
@@ -142,7 +140,7 @@ def main(argv=None) -> int:
         full_fit = refit(range(len(full)))
         w_full = width(full_fit)
         print(f"full grid fit: R-hat max {fit_rhat(full_fit):.3f}, {full_fit.divergences} divergent", flush=True)
-    goal = float(np.exp(1.1 * np.log(w_full)))
+    goal = float(np.exp(1.1 * np.log(w_full)))  # log width within 10% of the full grid's
     print(f"full grid: {len(full)} runs, lr_opt 90% hi/lo at N={TARGET_N:.4g}, D={TARGET_D:.3g}: {w_full:.3f}; "
           f"goal <= {goal:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
     rng = np.random.default_rng(args.seed)
@@ -160,8 +158,8 @@ def main(argv=None) -> int:
         strategies, first = ("grid",), args.grid_from - 1
 
     # round-major: every strategy buys its round before any buys the next, so a cut-short run compares them fairly
-    state = {k: {"have": list(seed_idx), "fit": fit0, "w": w0, "spent": 0.0, "trace": [], "done": False,
-                 "reached": bool(np.log(w0) <= 1.1 * np.log(w_full))} for k in strategies}
+    state = {k: {"have": list(seed_idx), "fit": fit0, "w": w0, "spent": 0.0, "trace": [], "reached": w0 <= goal,
+                 "done": w0 <= goal} for k in strategies}
     if first:  # grid order's table after `first` rounds, from the file's order alone
         bought = [int(i) for i in np.setdiff1d(np.arange(len(full)), seed_idx)[:first * args.per_round]]
         state["grid"]["have"] += bought
@@ -171,8 +169,7 @@ def main(argv=None) -> int:
     pick_rng = np.random.default_rng(args.seed + 1)
     for rnd in range(first, args.max_rounds):
         for strategy, st in state.items():
-            if st["done"] or np.log(st["w"]) <= 1.1 * np.log(w_full):
-                st["done"] = True
+            if st["done"]:
                 continue
             sg = state.get("suggest", {"done": False})
             if strategy != "suggest" and sg["done"] and sg["reached"] and st["spent"] > 0 \
@@ -201,8 +198,7 @@ def main(argv=None) -> int:
             st["fit"] = refit(have)
             st["w"] = width(st["fit"])
             st["regret"] = point_regret(st["fit"], truth)
-            st["reached"] = bool(np.log(st["w"]) <= 1.1 * np.log(w_full))
-            st["done"] = st["reached"]
+            st["reached"] = st["done"] = st["w"] <= goal
             rhat = fit_rhat(st["fit"])
             st["trace"].append({"round": rnd + 1, "runs": len(have), "flops": st["spent"], "width": st["w"],
                                 "regret": st["regret"], "r_hat_max": rhat,
