@@ -44,26 +44,15 @@ import time
 
 import numpy as np
 import pandas as pd
+from suggest_replay import TARGET_D, TARGET_N, fit_rhat, width  # benchmarks/, the script's folder, is on sys.path
 
-TARGET_N, TARGET_D = 1073741824.0, 2e10
 SIZES = ("d1024l12-dense", "d1280l16-dense", "d1792l16-dense")
-
-
-def width(fit) -> float:
-    """hi/lo of lr_opt's 90% interval at the target."""
-    _, lo, hi = fit.predict(N=TARGET_N, D=TARGET_D, ci=0.9, sensitivity=False).interval("lr_opt")
-    return float(hi / lo)
 
 
 def interval(fit) -> tuple[float, float]:
     """lr_opt's 90% interval at the target."""
     _, lo, hi = fit.predict(N=TARGET_N, D=TARGET_D, ci=0.9, sensitivity=False).interval("lr_opt")
     return float(lo), float(hi)
-
-
-def fit_rhat(fit) -> float:
-    """The largest R-hat over the fit's scalar parameters."""
-    return float(max((v["r_hat"] for v in fit.summary().values() if np.isfinite(v["r_hat"])), default=np.nan))
 
 
 def records(plan) -> pd.DataFrame:
