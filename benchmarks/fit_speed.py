@@ -39,8 +39,13 @@ model sizes adds size scatter, at 1.5-1.7x the wall time: row 8) on Step Law's 1
    both samplers converged (R-hat <= 1.01), as are the ESS/s and cold-wall ratios (null otherwise; both
    R-hats are in the JSON).
 
-Rows 2, 3 and 8 are each the median (by wall) of ``--repeats`` (default 3) (cold, warm) pairs of processes, each
-pair with its own new cache; the JSON keeps every run's wall and ESS/s.
+10. the quickstart: ``scalinfer quickstart --json`` (its table and NUTS settings, ``data/manifest.json``), cold and
+   warm (two processes sharing a new cache); its fit's own seconds (``quickstart_fit_s``, cold;
+   ``quickstart_fit_warm_s``) and the process's wall, start-up and answer included (``quickstart_wall_s``, cold).
+
+Rows 2, 3, 8 and 10 are each the median (by wall) of ``--repeats`` (default 3) (cold, warm) pairs of processes,
+each pair with its own new cache; the JSON keeps every run's wall and ESS/s. ``default_cold_wall_s`` and
+``default_warm_wall_s`` repeat row 8's walls at the JSON's top level.
 
 Columns: *wall s* is the fit in the process (table preparation, MAP, compilation, sampling; Python imports and
 reading the CSV excluded; the JSON also has each process's wall); *compile s* is, for scalinfer cold, its wall
@@ -366,6 +371,22 @@ def _child(mode: str, args, env: dict[str, str], **opt) -> dict:
     return out
 
 
+def _quickstart(env: dict[str, str]) -> dict:
+    """`scalinfer quickstart --json` in a fresh process: its fit's own seconds (``wall_s``), the process's wall
+    (start-up, the prediction and the text included), and its convergence figures."""
+    print("fit_speed: quickstart ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "scalinfer.cli", "quickstart", "--json"], capture_output=True,
+                         text=True, env={**os.environ, **env}, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if res.returncode:
+        sys.exit(f"fit_speed: the quickstart process failed:\n{res.stderr[-6000:]}")
+    q = json.loads(res.stdout)
+    print(f"fit_speed: quickstart done in {wall:.0f} s", file=sys.stderr, flush=True)
+    return {"wall_s": q["fit_seconds"], "process_wall_s": wall, "rhat_max": q["r_hat_max"],
+            "ess_bulk_min": q["ess_bulk_min"], "divergences": q["divergences"], "converged": q["converged"]}
+
+
 def _median(runs) -> dict:
     """The run of median wall among an odd number of runs (the lower middle of an even number)."""
     runs = sorted(runs, key=lambda r: r["wall_s"])
@@ -413,6 +434,11 @@ def surface_benchmark(args) -> None:
         ss_cold, ss_warm, ss_spread = cold_warm(default_model=True)  # the default model (size scatter)
         npie_ss = _child("nutpie", args, pytensor_env("nutpie_default"), backend=args.backend, cores=args.cores,
                          default_model=True)
+        qs_pairs = []
+        for i in range(args.repeats):  # the quickstart (its table and settings, data/manifest.json), cold and warm
+            env = {"SCALINFER_CACHE": fresh(f"quickstart_cache_{i}")}
+            qs_pairs.append((_quickstart(env), _quickstart(env)))
+        qs_cold, qs_warm = (_median(p[j] for p in qs_pairs) for j in (0, 1))
     load_end = os.getloadavg()
 
     compile_est = cold["wall_s"] - warm["wall_s"]
@@ -473,6 +499,10 @@ def surface_benchmark(args) -> None:
               f"{f(d and d['divergences'], '11d'):>11s} {f(r.get('n_steps_mean'), '10.0f'):>10s} "
               f"{r['load_before']:4.1f}->{r['load_after']:4.1f}")
     print(f"load average at end {load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f}")
+    print(f"quickstart (`scalinfer quickstart`, its fit's own seconds; the process's wall in brackets), median of "
+          f"{args.repeats}: cold {qs_cold['wall_s']:.1f} s ({qs_cold['process_wall_s']:.1f} s), warm "
+          f"{qs_warm['wall_s']:.1f} s ({qs_warm['process_wall_s']:.1f} s); R-hat max {qs_cold['rhat_max']:.3f}, "
+          f"bulk ESS min {qs_cold['ess_bulk_min']:.0f}, {qs_cold['divergences']} divergent")
     print(f"scalinfer rows: the median of {args.repeats} (cold, warm) pairs by wall; every run:")
     for name, sp in (("plain", spread), ("default", ss_spread)):
         print(f"  {name:8s} " + "; ".join(f"{k} {', '.join(f'{v:.1f}' for v in vals)}" for k, vals in sp.items()))
@@ -506,6 +536,10 @@ def surface_benchmark(args) -> None:
         "ess_per_s_ratio_vs_nutpie_own_start": eps["warm"] / eps["nutpie"],
         "cold_wall_ratio_vs_nutpie_own_start": cold["wall_s"] / npie["wall_s"],
         "cold_wall_s": cold["wall_s"], "warm_wall_s": warm["wall_s"], "map_wall_s": mp["wall_s"],
+        "default_cold_wall_s": ss_cold["wall_s"], "default_warm_wall_s": ss_warm["wall_s"],
+        "quickstart_fit_s": qs_cold["wall_s"], "quickstart_fit_warm_s": qs_warm["wall_s"],
+        "quickstart_wall_s": qs_cold["process_wall_s"],
+        "quickstart_repeats": [{"cold": c, "warm": w} for c, w in qs_pairs],
         "default_size_scatter": {"cold_wall_s": ss_cold["wall_s"], "warm_wall_s": ss_warm["wall_s"],
                                  "ess_per_s_warm": eps["default_size_scatter_warm"],
                                  "steps_per_draw": ss_warm["n_steps_mean"],
