@@ -85,7 +85,10 @@ batch: the surface fits it as an LR-only problem
 the reduced designs' section).
 
     .venv/bin/python benchmarks/backtest.py [--chains 2 --warmup 300 --samples 300 --max-samples 3000] [--datasets a,b]
-        [--max-folds K] [--quick]
+        [--max-folds K] [--prior lofo|population|default] [--lr-valley-by-batch] [--rows] [--quick]
+
+``--lr-valley-by-batch`` fits the surface with that option (the LR valley's curvature and asymmetry moving with
+the batch; a fixed-batch dataset such as (Mis)Fitting has no batch to couple, so its folds are the same fits).
 
 Prints the tables, then as its LAST line one JSON object: ``bins`` and ``datasets`` for the ``surface``
 model, ``classic`` and ``formulas`` (by name) of the same shape, ``fits`` (one entry per fit) and
@@ -357,6 +360,8 @@ def run_fold(ds: Dataset, full, sizes: list[float], k: int, args) -> tuple[dict,
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         model, opts = surface_for(ds, args.prior)
+        if args.lr_valley_by_batch:
+            opts["lr_valley_by_batch"] = True
         fit = scalinfer.fit(runs, model=model, chains=args.chains, warmup=args.warmup, samples=args.samples,
                             max_samples=args.max_samples, seed=args.seed, **opts)
     except ScalinferError as e:  # a failed fit is a result: report it and go on
@@ -530,6 +535,9 @@ def main(argv=None) -> int:
     ap.add_argument("--prior", choices=PRIOR_CHOICES, default="lofo",
                     help="surface's prior: lofo (default) the population prior pooled without the scored dataset's "
                          "family; population the package's default (pooled with it); default the broad prior")
+    ap.add_argument("--lr-valley-by-batch", action="store_true",
+                    help="fit the surface with the option lr_valley_by_batch (the LR valley's curvature and "
+                         "asymmetry moving with the batch)")
     ap.add_argument("--quick", action="store_true", help="2 chains x (200 + 200), one fold per dataset")
     ap.add_argument("--rows", action="store_true", help="add every scored (fold, setting) to the JSON")
     args = ap.parse_args(argv)
@@ -594,8 +602,8 @@ def main(argv=None) -> int:
     print(f"\ntotal wall {wall:.0f} s ({len(fits)} folds; {args.chains} chains x ({args.warmup} + {args.samples}, "
           f"up to {args.max_samples}); "
           f"load {load0:.1f} -> {os.getloadavg()[0]:.1f})")
-    settings = {"prior": args.prior, "chains": args.chains, "warmup": args.warmup, "samples": args.samples,
-                "max_samples": args.max_samples, "seed": args.seed,
+    settings = {"prior": args.prior, "lr_valley_by_batch": args.lr_valley_by_batch, "chains": args.chains,
+                "warmup": args.warmup, "samples": args.samples, "max_samples": args.max_samples, "seed": args.seed,
                 "min_sizes": args.min_sizes, "max_folds": args.max_folds, "tie_tol": args.tie_tol,
                 "datasets": [d.name for d in chosen]}
     report = {"bins": results["surface"]["bins"], "datasets": results["surface"]["datasets"],

@@ -53,6 +53,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         options["design"] = args.design
     if args.prior is not None:
         options["prior"] = args.prior
+    if args.lr_valley_by_batch is not None:
+        options["lr_valley_by_batch"] = args.lr_valley_by_batch
     f = fit(runs, model=args.model, method=args.method, chains=args.chains, warmup=args.warmup,
             samples=args.samples, max_samples=args.max_samples, seed=args.seed, quiet=quiet(),
             progress=args.progress, **options)
@@ -153,6 +155,9 @@ def register(subparsers) -> None:
                    help="surface: the priors of the laws' exponents, the sizes' scatter and the valleys' shape: "
                         "population (default: learned across published sweeps, docs/models.md) or default (the "
                         "broad priors alone)")
+    s.add_argument("--lr-valley-by-batch", action=argparse.BooleanOptionalAction, default=None,
+                   help="surface: the LR valley's curvature and asymmetry move with the batch's distance from the "
+                        "optimal batch (two parameters more; docs/models.md). Default: off, the separable valley")
     s.add_argument("--method", default=None, choices=("nuts", "map", "laplace", "bootstrap"),
                    help="nuts, map, laplace or bootstrap (default: the model's, nuts; classic: bootstrap only)")
     s.add_argument("--chains", type=_chains, default=4, help=f"NUTS chains, 1 to {MAX_CHAINS} (default 4)")

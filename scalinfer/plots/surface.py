@@ -159,13 +159,14 @@ def _full_design(fit):
 
 def _setting_draws(fit, max_draws: int = _MAX_DRAWS):
     """Thinned posterior draws as the surface functions take them (scalars (n, 1), offsets (n, S))."""
-    from scalinfer.models.surface import SCALARS, SETTING, SIZE
+    from scalinfer.models.surface import SCALARS, SETTING, SIZE, VALLEY_BY_BATCH
 
     sizes = list(SIZE) if fit.constants.get("size_scatter") else []  # each size's levels (n, M)
-    d = fit.draws(list(SCALARS) + list(SETTING) + sizes)
+    scalars = list(SCALARS) + (list(VALLEY_BY_BATCH) if fit.constants.get("lr_valley_by_batch") else [])
+    d = fit.draws(scalars + list(SETTING) + sizes)
     n = len(d["a0"])
     keep = np.linspace(0, n - 1, min(n, max_draws)).astype(int)
-    p = {k: np.asarray(d[k])[keep][:, None] for k in SCALARS}
+    p = {k: np.asarray(d[k])[keep][:, None] for k in scalars}
     p.update({k: np.asarray(d[k])[keep] for k in sizes})
     p.update({k: np.asarray(d[k])[keep] for k in SETTING})
     return p

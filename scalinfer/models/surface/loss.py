@@ -9,8 +9,18 @@ With x = log eta - m_eta, z = log B - m_B and y = log loss - m_y (natural logs, 
 
 the LR valley V_eta (`scalinfer.laws.lr.valley`) around the LR-batch ridge
 (`scalinfer.laws.lr.log_lr_opt_at_batch`), and the batch valley V_B around B*. Each valley's log curvature
-follows its own law, :math:`\log C_\pm = c_0 + c_N \tilde n + c_D \tilde d \mp \delta`; delta and the
-exponent p are shared. The laws at scaled (n, d) (`laws`):
+follows its own law, :math:`\log C_\pm = c_0 + c_N \tilde n + c_D \tilde d \pm \delta` (C_+ above the
+optimum, C_- below); delta and the exponent p are shared. With the option ``lr_valley_by_batch`` the LR valley
+is not separable from the batch: its log curvature and asymmetry move with v, the batch's distance from B*,
+
+.. math::
+
+    \log C^\eta_\pm = c^\eta_0 + c^\eta_N \tilde n + c^\eta_D \tilde d + w v
+    \pm (\delta_\eta + a v), \qquad w = c_{\eta B}, \; a = \delta_{\eta B}
+
+(sites ``c_lr_B`` and ``delta_lr_B``). The valley is still 0 on the ridge, so eta*(B), B* and L* keep
+their meaning: only how fast the loss rises off the ridge depends on the batch. The laws at scaled (n, d)
+(`laws`):
 
 .. math::
 
@@ -76,8 +86,16 @@ def surface_terms(p: dict[str, Any], n_s, d_s, s, x, z, size_s=None):
 
 def surface_at(p, v, x, z, xp=None):
     """(mean log loss - m_y, excess over the optimum) at (x, z) for per-point setting values `v` (see
-    `setting_values`). `xp`: the valleys' array namespace (`scalinfer.laws.lr.valley`; None: its default)."""
+    `setting_values`). `xp`: the valleys' array namespace (`scalinfer.laws.lr.valley`; None: its default).
+
+    Where `p` has ``c_lr_B`` and ``delta_lr_B`` (the option ``lr_valley_by_batch``) the LR valley's log
+    curvature and asymmetry move with the batch's distance from the setting's B* (module docstring); a `p`
+    without them is the separable valley (they are 0)."""
     ridge = log_lr_opt_at_batch(z, v["x_star"], v["z_star"], v["kappa1"], p["kappa2"])
-    excess = (valley(x - ridge, v["log_c_lr"], p["delta_lr"], PRIORS.p(p["p_lr_unit"]), xp=xp)
-              + valley(z - v["z_star"], v["log_c_b"], p["delta_b"], PRIORS.p(p["p_b_unit"]), xp=xp))
+    off_b = z - v["z_star"]
+    log_c_lr, delta_lr = v["log_c_lr"], p["delta_lr"]
+    if "c_lr_B" in p:
+        log_c_lr, delta_lr = log_c_lr + p["c_lr_B"] * off_b, delta_lr + p["delta_lr_B"] * off_b
+    excess = (valley(x - ridge, log_c_lr, delta_lr, PRIORS.p(p["p_lr_unit"]), xp=xp)
+              + valley(off_b, v["log_c_b"], p["delta_b"], PRIORS.p(p["p_b_unit"]), xp=xp))
     return v["ell"] + excess, excess

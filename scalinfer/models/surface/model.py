@@ -21,7 +21,7 @@ centered on the data's middles (`scalinfer.models.surface.loss`):
   (`scalinfer.laws.lr.log_lr_opt_at_batch`); at z = z*_s it passes through x*_s, so (x*_s, z*_s) is the
   joint optimum of the setting and :math:`\ell_s` the log loss there;
 - each valley has its own curvature below (C_-) and above (C_+) the optimum,
-  :math:`\log C_\pm = c_0 + c_N \tilde n + c_D \tilde d \mp \delta`, and its own far-field exponent p in
+  :math:`\log C_\pm = c_0 + c_N \tilde n + c_D \tilde d \pm \delta`, and its own far-field exponent p in
   (0.5, 4). The curvatures, delta, p and the ridge (kappa_1, kappa_2) are shared by all settings.
 
 The laws
@@ -83,7 +83,7 @@ from scalinfer.models.surface import simulate as _simulate
 from scalinfer.models.surface.data import DIVERGENCE_RATIO, diverged_mask, prepare_runs, settings_of
 from scalinfer.models.surface.design import DESIGN_CODE, DESIGNS, LEFT_OUT, design_of, resolve_design, unvaried
 from scalinfer.models.surface.population import PRIOR_SETS
-from scalinfer.models.surface.priors import LAW_N, PRIORS, SETTING, SIZE
+from scalinfer.models.surface.priors import LAW_N, PRIORS, SETTING, SIZE, VALLEY_BY_BATCH
 from scalinfer.models.surface.size_scatter import size_basis
 from scalinfer.runs.schema import RunTable
 
@@ -124,6 +124,10 @@ class Surface(Model):
         `scalinfer.models.surface.population`) or ``"default"`` (the broad prior of
         `scalinfer.models.surface.priors`). `prepare` records it as the constant ``prior`` (`PRIOR_CODE`); a fit
         file written before the option existed was fitted with ``default`` and reloads so.
+    lr_valley_by_batch : the LR valley's log curvature and asymmetry move with the batch's distance from B*
+        (sites ``c_lr_B``, ``delta_lr_B``; the math in `scalinfer.models.surface.loss`), instead of the separable
+        valley. The full design only: in a reduced one the batch is one value (or the LR valley absent), so
+        there is nothing to couple, and the constant ``lr_valley_by_batch`` that `prepare` records is 0.
     """
 
     divergence_ratio: float = DIVERGENCE_RATIO
@@ -131,6 +135,7 @@ class Surface(Model):
     size_scatter: bool | None = None
     design: str | None = None
     prior: str = "population"
+    lr_valley_by_batch: bool = False
 
     name = "surface"
     version = "1"
@@ -165,6 +170,8 @@ class Surface(Model):
         if self.design is not None and self.design not in DESIGNS:
             raise ModelError(f"design must be one of {', '.join(DESIGNS)} or None (from the table), got "
                              f"{self.design!r}")
+        if not isinstance(self.lr_valley_by_batch, bool):
+            raise ModelError(f"lr_valley_by_batch must be True or False, got {self.lr_valley_by_batch!r}")
         if self.prior not in PRIOR_SETS:
             raise ModelError(f"prior must be one of {', '.join(map(repr, PRIOR_SETS))}, got {self.prior!r}")
 
@@ -177,6 +184,7 @@ class Surface(Model):
         design = resolve_design(df, self.design, str(runs.source))
         constants["design"] = DESIGN_CODE[design]
         constants["prior"] = PRIOR_CODE[self.prior]
+        constants["lr_valley_by_batch"] = float(self.lr_valley_by_batch and design == "full")
         if design == "full":  # no setting varies the batch (LR) though the table has several: its valley is the prior's
             for k in unvaried(df, settings_of(df)[0]):
                 constants[f"unvaried_{k}"] = 1.0
@@ -207,6 +215,7 @@ class Surface(Model):
         return {**data, "h_N": constants["h_N"], "h_D": constants["h_D"],
                 "size_scatter": bool(constants["size_scatter"]), "design": design_of(constants),
                 "prior": prior_of(constants),
+                "lr_valley_by_batch": bool(constants.get("lr_valley_by_batch", 0.0)),
                 "n_size": tuple(float(v) for v in data["n_size"])}
 
     def init_values(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
@@ -248,6 +257,8 @@ class Surface(Model):
                     "c_lr0": -4.0, "c_lr_N": 0.0, "c_lr_D": 0.0, "delta_lr": 0.5, "p_lr_unit": 0.33,
                     "c_b0": -4.0, "c_b_N": 0.0, "c_b_D": 0.0, "delta_b": 0.0, "p_b_unit": 0.33,
                     "sigma0": 0.003, "sigma1": 0.2, "nu": 5.0})
+        if constants.get("lr_valley_by_batch"):
+            out.update({k: 0.0 for k in VALLEY_BY_BATCH})
         left_out, left_out_setting, law = LEFT_OUT[design_of(constants)]
         drop = set(left_out) | set(left_out_setting) | ({f"{law}_{k}" for k in ("size_resid", "size_u", "size_line",
                                                                                 "law_std")} if law else set())

@@ -219,14 +219,16 @@ def _size_levels(p: dict[str, Any], n_size, h_N: float, ft, left_out: str | None
 
 def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, s_cens=None, x_cens=None,
                   z_cens=None, log_level=None, diverged_obs=None, h_N=1.0, h_D=1.0, size_scatter=False,
-                  design="full", prior="default", obs_mask=None, cens_mask=None):
+                  design="full", prior="default", obs_mask=None, cens_mask=None, lr_valley_by_batch=False):
     """The NumPyro model of the surface (`scalinfer.models.surface.model`'s math, this module's likelihood).
     `design`: a reduced design (``fixed_batch``, ``fixed_lr``) samples no site of the valley its table does not vary
     (`scalinfer.models.surface.design`). `prior`: ``"default"`` (`PRIORS`), ``"population"``
     (`scalinfer.models.surface.population.POPULATION`) or a `Priors`. `obs_mask`, `cens_mask`: boolean arrays
     beside the converged and the diverged runs' arrays; a run where they are False adds nothing to the density
     (padding: a study that fits many tables of one design pads their arrays to one shape, so that one compiled
-    program serves them all, as benchmarks/sbc.py does; `Surface` itself never pads)."""
+    program serves them all, as benchmarks/sbc.py does; `Surface` itself never pads). `lr_valley_by_batch`: the
+    LR valley's log curvature and asymmetry move with the batch (sites ``c_lr_B``, ``delta_lr_B``;
+    `scalinfer.models.surface.loss`), in the full design only."""
     pr = prior if isinstance(prior, Priors) else PRIOR_SETS[prior]
     p: dict[str, Any] = {}
     left_out, left_out_setting, left_out_law = LEFT_OUT[design]
@@ -258,6 +260,9 @@ def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, 
         site(f"c_{v}_D", Normal(0.0, pr.curvature_exponent_sd * h_D))
         site(f"delta_{v}", Normal(*getattr(pr, f"delta_{v}")))
         site(f"p_{v}_unit", Beta(*getattr(pr, f"p_{v}_beta")))
+    if lr_valley_by_batch and design == "full":
+        p["c_lr_B"] = numpyro.sample("c_lr_B", Normal(0.0, pr.c_lr_B_sd))
+        p["delta_lr_B"] = numpyro.sample("delta_lr_B", Normal(0.0, pr.delta_lr_B_sd))
     # the settings' scatter about the laws
     site("tau_lr", HalfNormal(pr.tau_optimum_sd))
     site("tau_b", HalfNormal(pr.tau_optimum_sd))

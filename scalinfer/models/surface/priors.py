@@ -21,6 +21,10 @@ parameter                              prior
                                        from the optimum; the sd spans 0.1%-40%
 ``c_*_N, c_*_D``                       Normal(0, h): natural slopes of the curvatures N(0, 1)
 ``delta_lr, delta_b``                  Normal(0, 1): curvature ratio above/below e^{2 delta}, 90% within 1/27-27
+``c_lr_B, delta_lr_B``                 Normal(0, 0.3) (option ``lr_valley_by_batch`` only): the LR valley's log
+                                       curvature and asymmetry change by this much per log unit of batch off
+                                       B*, so over a batch grid of +-2 log units the curvature moves by a factor
+                                       e^(+-0.6) at one sd; 0 (the separable valley) is the prior's centre
 ``p_lr, p_b``                          0.5 + 3.5 Beta(3, 3): valley exponents in (0.5, 4), mean 2.25, sd 0.66
                                        (2: quadratic); sampled as ``p_*_unit`` ~ Beta(3, 3)
 ``tau_lr, tau_b``                      HalfNormal(0.3): settings scatter around the eta* and B* laws by tens of
@@ -45,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["Priors", "PRIORS", "SCALARS", "SETTING", "SIZE", "NEW_SETTING", "LAW_N", "SIZE_PRIOR"]
+__all__ = ["Priors", "PRIORS", "SCALARS", "VALLEY_BY_BATCH", "SETTING", "SIZE", "NEW_SETTING", "LAW_N", "SIZE_PRIOR"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +75,8 @@ class Priors:
     curvature_exponent_sd: float = 1.0           #: c_*_N/h_N, c_*_D/h_D
     delta_lr: tuple[float, float] = (0.0, 1.0)   #: (mean, sd) of each valley's asymmetry
     delta_b: tuple[float, float] = (0.0, 1.0)
+    c_lr_B_sd: float = 0.3                       #: d log C_eta / d v (option lr_valley_by_batch)
+    delta_lr_B_sd: float = 0.3                   #: d delta_eta / d v (option lr_valley_by_batch)
     p_lr_beta: tuple[float, float] = (3.0, 3.0)  #: p_lr_unit ~ Beta
     p_b_beta: tuple[float, float] = (3.0, 3.0)   #: p_b_unit ~ Beta
     p_min: float = 0.5                           #: p = p_min + p_span p_unit
@@ -128,6 +134,8 @@ PRIORS = Priors()
 SCALARS = ("a0", "a_N", "a_D", "b0", "b_N", "b_D", "kappa1", "kappa2", "g0", "g_N", "g_D",
            "c_lr0", "c_lr_N", "c_lr_D", "delta_lr", "p_lr_unit", "c_b0", "c_b_N", "c_b_D", "delta_b", "p_b_unit",
            "tau_lr", "tau_b", "tau_loss", "sigma0", "sigma1", "nu")
+#: the LR valley's coupling to the batch, sampled with the option ``lr_valley_by_batch`` only (0 without it)
+VALLEY_BY_BATCH = ("c_lr_B", "delta_lr_B")
 #: per-setting parameters: non-centered offsets of the optimum, centered log loss there
 SETTING = ("eps_lr", "eps_b", "ell")
 #: per-model-size levels (one per distinct N) of log eta*, log B* and log L* at d = 0 (with size scatter only)

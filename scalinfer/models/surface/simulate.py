@@ -19,7 +19,8 @@ With v = z - z*_s the run's log batch off its setting's optimum and :math:`\Delt
 - a *non-separable valley*: the LR valley's log curvature and its asymmetry move with the batch,
   :math:`\log C^\eta \to \log C^\eta + w v` (``lr_width_per_log_batch``) and
   :math:`\delta_\eta \to \delta_\eta + a v` (``lr_asymmetry_per_log_batch``). The valley is still 0 on the
-  ridge, so each setting's joint optimum (x*_s, z*_s) is unchanged;
+  ridge, so each setting's joint optimum (x*_s, z*_s) is unchanged. This is the surface the model's option
+  ``lr_valley_by_batch`` fits (`scalinfer.models.surface.loss.surface_at` computes both);
 - *curved laws*: :math:`\log \eta^* \mathrel{+}= q_\eta \Delta^2` (``lr_opt_curv_N``) and
   :math:`\log B^* \mathrel{+}= q_B \Delta^2` (``batch_opt_curv_N``): the exponents in N drift with N
   (`law_optima` gives the laws with these terms: the truth at a target);
@@ -142,10 +143,8 @@ def simulate(params: dict[str, float], design: pd.DataFrame, seed: int = 0,
              "p_lr_unit": PRIORS.p_unit(q["p_lr"]), "p_b_unit": PRIORS.p_unit(q["p_b"])}
     x, z = np.log(df["lr"].to_numpy(float)), np.log(df["batch_tokens"].to_numpy(float))
     at = {k: a[s_idx] for k, a in v.items()}
-    if variant is not None:  # the LR valley's width and asymmetry at each run's batch off its setting's B*
-        off = z - at["z_star"]
-        at["log_c_lr"] = at["log_c_lr"] + variant.lr_width_per_log_batch * off
-        shape["delta_lr"] = shape["delta_lr"] + variant.lr_asymmetry_per_log_batch * off
+    if variant is not None:  # the LR valley's width and asymmetry move with each run's batch off its setting's B*
+        shape.update(c_lr_B=variant.lr_width_per_log_batch, delta_lr_B=variant.lr_asymmetry_per_log_batch)
     mu, excess = (np.asarray(a) for a in surface_at(shape, at, x, z))
     scale = q["sigma0"] + q["sigma1"] * excess
     if variant is not None:
