@@ -20,7 +20,9 @@ TODAY = {"optimum_sd": 1.5, "lr_exp_N": (0.0, 1.0), "lr_exp_D": (0.0, 1.0), "bat
          "c_lr0": (-4.0, 1.5), "c_b0": (-4.0, 1.5), "curvature_exponent_sd": 1.0, "delta_lr": (0.0, 1.0),
          "delta_b": (0.0, 1.0), "p_lr_beta": (3.0, 3.0), "p_b_beta": (3.0, 3.0), "p_min": 0.5, "p_span": 3.5,
          "tau_optimum_sd": 0.3, "tau_loss_sd": 0.02, "sigma0_sd": 0.02, "sigma1_sd": 0.5, "nu": (2.0, 0.1),
-         "lr_size": (1.0, 0.005), "b_size": (1.0, 0.005), "loss_size": (1.0, 5e-5)}
+         "lr_size": (1.0, 0.005), "b_size": (1.0, 0.005), "loss_size": (1.0, 5e-5),
+         # the option lr_valley_by_batch's two sites (added with it; no site of a fit without the option)
+         "c_lr_B_sd": 0.3, "delta_lr_B_sd": 0.3}
 
 
 def _trace(prior, seed=0):
