@@ -55,6 +55,15 @@ NaN for the rest); the picks come first in the table, the rest follow by ``score
 concentrates the weights, so later picks are scored on fewer effective draws: their order is rougher than the
 first's (more draws help: ``max_draws``, a longer fit).
 
+Runs with decay branches (``branches`` = K > 0). A WSD run to D can fork decay branches that end at
+:math:`D 2^{-k}`, k = 1..K (`scalinfer plan` lays sweeps out so; the trainer runs them), and each branch's end
+is one more record of the same (N, lr, B). With ``branches`` each candidate (N, D, lr, B) is such a run: its
+K + 1 records are simulated together (independent noise given a draw) and the draws reweighted by their joint
+likelihood, so the candidate's cut is what the whole run teaches. Its cost is the run's 6 N D plus each
+branch's decay past its fork, a share f (``decay_fraction``, plan's 0.2) of the branch's tokens:
+:math:`6 N D \,(1 + f \sum_{k=1}^{K} 2^{-k})`. Each record sits at its own setting (N, D 2^-k), fitted, the
+target's or new, as above.
+
 Assumptions: the candidate converges (a diverged run carries less: for candidates far above the optimum the
 score is an upper bound); the importance weights are only as good as the draws cover the updated posterior
 (``ess`` reports the mean effective sample size of the weights: far below 100, the candidate is so informative
@@ -73,8 +82,13 @@ import pandas as pd
 from scalinfer.errors import ModelError
 from scalinfer.runtime import float64
 
-__all__ = ["suggest", "Suggestion", "default_candidates", "check_candidates", "CANDIDATE_COLUMNS"]
+__all__ = ["suggest", "Suggestion", "default_candidates", "check_candidates", "CANDIDATE_COLUMNS",
+           "DECAY_FRACTION", "MAX_BRANCHES"]
 
+#: `scalinfer plan`'s decay fraction: a decay branch spends this share of its tokens decaying past its fork
+DECAY_FRACTION = 0.2
+#: at most this many decay branches per candidate run (branch k ends at D 2^-k)
+MAX_BRANCHES = 10
 #: the columns of a candidate table (a CSV for ``scalinfer suggest --candidates``): model size, tokens, peak
 #: LR, batch in tokens per step
 CANDIDATE_COLUMNS = ("N", "D", "lr", "batch")
@@ -84,7 +98,8 @@ _SAME = math.log(1.005)  # two sizes (token counts) within 0.5% are the same
 @dataclasses.dataclass(frozen=True)
 class Suggestion:
     """What `suggest` returns: ``table`` (one row per candidate, best first: ``N``, ``D``, ``lr``, ``batch``,
-    ``flops`` = 6 N D, ``setting`` (``fitted``, ``target`` or ``new``), ``variance_reduction`` (R, squared log
+    ``flops`` = 6 N D (with its decay branches' cost where ``branches`` > 0, then also a column ``branches``),
+    ``setting`` (``fitted``, ``target`` or ``new``, of the run's own end), ``variance_reduction`` (R, squared log
     units), ``score`` (R per FLOP), ``width_after`` (expected hi/lo of g's interval after the run), ``ess``;
     with ``picks`` > 1 also ``pick`` and ``variance_reduction_given_picks``, the picks first), the target and
     ``quantity``, ``variance`` (Var(g) now) and ``width_now`` (hi/lo now), ``ci``, ``warnings``."""
@@ -107,8 +122,9 @@ class Suggestion:
         rows = (self.table if k is None else self.table.head(k)).to_dict(orient="records")
         return {"targets": dict(self.targets), "quantity": self.quantity,
                 "definition": f"expected reduction of the posterior variance of log {self.quantity} at the target "
-                              "per training FLOP of the candidate (6 N D), by importance reweighting the draws "
-                              "with the candidate's simulated outcome",
+                              "per training FLOP of the candidate (6 N D, and its decay branches' decays where it "
+                              "has branches), by importance reweighting the draws with the candidate's simulated "
+                              "outcome (all its records')",
                 "variance_now": self.variance, "width_now": self.width_now, "ci": self.ci,
                 "candidates": [{k_: (v.item() if hasattr(v, "item") else v) for k_, v in r.items()} for r in rows],
                 "warnings": list(self.warnings)}
@@ -204,9 +220,36 @@ def _new_terms(fit, draws, N: float, D: float, lr: np.ndarray, batch: np.ndarray
     return log_loss, np.maximum(log_loss - np.log(out["loss_opt"]), 0.0)
 
 
+def _record_terms(fit, draws, records: pd.DataFrame, N: float, D: float, seed: int):
+    """(mean log loss, excess) per draw x record, and each record's setting kind (``fitted``, ``target``, ``new``):
+    a record at a fitted setting uses that setting's offsets, one at the target's (N, D) the target's new
+    setting, any other a new setting of its own (one seed per distinct (N, D))."""
+    log_n, log_d = _settings(fit)
+    S = len(draws["tau_loss"])
+    mu = np.empty((S, len(records)))
+    exc = np.empty_like(mu)
+    kind = np.empty(len(records), dtype=object)
+    groups = records.groupby([records["N"].round(-3), records["D"].round(-3)], sort=False).indices
+    for j, (_, rows) in enumerate(groups.items()):
+        n_c, d_c = float(records["N"].iloc[rows[0]]), float(records["D"].iloc[rows[0]])
+        lr, b = records["lr"].to_numpy()[rows], records["batch"].to_numpy()[rows]
+        hit = np.flatnonzero((np.abs(log_n - math.log(n_c)) < _SAME) & (np.abs(log_d - math.log(d_c)) < _SAME))
+        if hit.size:
+            mu[:, rows], exc[:, rows] = _fitted_terms(fit, draws, int(hit[0]), lr, b)
+            kind[rows] = "fitted"
+        elif abs(math.log(n_c / N)) < _SAME and abs(math.log(d_c / D)) < _SAME:
+            mu[:, rows], exc[:, rows] = _new_terms(fit, draws, n_c, d_c, lr, b, seed)
+            kind[rows] = "target"
+        else:
+            mu[:, rows], exc[:, rows] = _new_terms(fit, draws, n_c, d_c, lr, b, seed + 1 + j)
+            kind[rows] = "new"
+    return mu, exc, kind
+
+
 @float64
 def suggest(fit, N: float, D: float, candidates=None, *, target: str = "lr_opt", ci: float = 0.9,
-            n_outcomes: int = 200, max_draws: int = 1000, seed: int = 0, picks: int = 1) -> Suggestion:
+            n_outcomes: int = 200, max_draws: int = 1000, seed: int = 0, picks: int = 1, branches: int = 0,
+            decay_fraction: float = DECAY_FRACTION) -> Suggestion:
     """Rank candidate calibration runs by the expected reduction of the posterior variance of log `target` at
     (N, D) per FLOP (the module docstring's preposterior analysis).
 
@@ -223,6 +266,11 @@ def suggest(fit, N: float, D: float, candidates=None, *, target: str = "lr_opt",
     seed : the target's new-setting offsets (as in ``predict``) and the simulated outcomes.
     picks : how many runs to buy at once: chosen one after another, each given the ones before it (the module
         docstring's believer rule); 1 (default): the ranking of each candidate alone.
+    branches : K, decay branches per candidate run: each candidate (N, D, lr, batch) is a WSD run to D that also
+        reports its loss at D 2^-k, k = 1..K (the module docstring's "Runs with decay branches"); 0 (default):
+        each candidate is one run, one observation.
+    decay_fraction : with `branches`, the share of each branch's tokens spent decaying (the cost of a branch
+        beyond the run it forks from); `scalinfer plan`'s default.
     """
     _check_fit(fit, "suggest")
     for name, v in (("N", N), ("D", D)):
@@ -234,6 +282,10 @@ def suggest(fit, N: float, D: float, candidates=None, *, target: str = "lr_opt",
         raise ModelError(f"suggest: ci must be between 0 and 1, got {ci!r}")
     if not (isinstance(picks, (int, np.integer)) and picks >= 1):
         raise ModelError(f"suggest: picks must be a whole number of runs, 1 or more, got {picks!r}")
+    if not (isinstance(branches, (int, np.integer)) and 0 <= branches <= MAX_BRANCHES):
+        raise ModelError(f"suggest: branches must be a whole number from 0 to {MAX_BRANCHES}, got {branches!r}")
+    if not (isinstance(decay_fraction, (int, float, np.floating)) and 0 < decay_fraction < 1):
+        raise ModelError(f"suggest: decay_fraction must be between 0 and 1, got {decay_fraction!r}")
     if n_outcomes < 2 or max_draws < 10:
         raise ModelError(f"suggest: n_outcomes must be at least 2 and max_draws at least 10, got {n_outcomes}, "
                          f"{max_draws}")
@@ -251,28 +303,18 @@ def suggest(fit, N: float, D: float, candidates=None, *, target: str = "lr_opt",
     qs = ((1 - ci) / 2, (1 + ci) / 2)
     width_now = float(np.exp(np.diff(np.quantile(g, qs))[0]))
 
-    # each candidate's mean log loss and excess, per draw
-    log_n, log_d = _settings(fit)
-    mu = np.empty((S, len(cands)))
-    exc = np.empty_like(mu)
-    kind = np.empty(len(cands), dtype=object)
-    groups = cands.groupby([cands["N"].round(-3), cands["D"].round(-3)], sort=False).indices
-    for j, (_, rows) in enumerate(groups.items()):
-        n_c, d_c = float(cands["N"].iloc[rows[0]]), float(cands["D"].iloc[rows[0]])
-        lr, b = cands["lr"].to_numpy()[rows], cands["batch"].to_numpy()[rows]
-        hit = np.flatnonzero((np.abs(log_n - math.log(n_c)) < _SAME) & (np.abs(log_d - math.log(d_c)) < _SAME))
-        if hit.size:
-            mu[:, rows], exc[:, rows] = _fitted_terms(fit, draws, int(hit[0]), lr, b)
-            kind[rows] = "fitted"
-        elif abs(math.log(n_c / N)) < _SAME and abs(math.log(d_c / D)) < _SAME:
-            mu[:, rows], exc[:, rows] = _new_terms(fit, draws, n_c, d_c, lr, b, seed)
-            kind[rows] = "target"
-        else:
-            mu[:, rows], exc[:, rows] = _new_terms(fit, draws, n_c, d_c, lr, b, seed + 1 + j)
-            kind[rows] = "new"
-    sigma = draws["sigma0"][:, None] + draws["sigma1"][:, None] * exc
+    # each candidate's records (the run's end, then its branches' ends): mean log loss and excess, per draw
+    R = branches + 1
+    records = pd.DataFrame({"N": np.repeat(cands["N"].to_numpy(), R),
+                            "D": np.repeat(cands["D"].to_numpy(), R) * np.tile(0.5 ** np.arange(R), len(cands)),
+                            "lr": np.repeat(cands["lr"].to_numpy(), R),
+                            "batch": np.repeat(cands["batch"].to_numpy(), R)})
+    mu, exc, kind = _record_terms(fit, draws, records, N, D, seed)
+    mu, exc = mu.reshape(S, len(cands), R), exc.reshape(S, len(cands), R)
+    kind = kind[::R]  # each candidate's own end's
+    sigma = draws["sigma0"][:, None, None] + draws["sigma1"][:, None, None] * exc
     nu = draws["nu"]
-    unusable = ~np.all(np.isfinite(mu) & np.isfinite(sigma) & (sigma > 0), axis=0)
+    unusable = ~np.all(np.isfinite(mu) & np.isfinite(sigma) & (sigma > 0), axis=(0, 2))
     mu[:, unusable], sigma[:, unusable] = 0.0, 1.0  # scored NaN below
 
     from scipy.special import gammaln
@@ -284,9 +326,12 @@ def suggest(fit, N: float, D: float, candidates=None, *, target: str = "lr_opt",
     reduction, var_after, ess = _score(mu, sigma, nu, log_norm, g, None, K, np.random.default_rng(seed))
     width_after = width_now ** np.sqrt(np.maximum(var_after, 0.0) / var_now)
     reduction[unusable] = width_after[unusable] = ess[unusable] = np.nan
-    flops = 6.0 * cands["N"].to_numpy() * cands["D"].to_numpy()
+    # a run to D costs 6 N D; each branch k decays over decay_fraction of its D 2^-k tokens beyond its fork
+    flops = 6.0 * cands["N"].to_numpy() * cands["D"].to_numpy() * (1 + decay_fraction * (1 - 0.5 ** branches))
     table = cands.assign(flops=flops, setting=kind.astype(str), variance_reduction=reduction,
                          score=reduction / flops, width_after=width_after, ess=ess)
+    if branches:
+        table = table.assign(branches=branches)
     if picks > 1:
         order, given, ess_picks = _picks(mu, sigma, nu, log_norm, g, reduction / flops, flops, unusable, picks, K,
                                          seed)
@@ -313,28 +358,33 @@ def suggest(fit, N: float, D: float, candidates=None, *, target: str = "lr_opt",
                       width_now=width_now, ci=ci, warnings=tuple(warnings))
 
 
+def _log_t(r, sigma, nu, log_norm):
+    """The Student-t log density of standardized residuals `r` at scale `sigma`, summed over the last axis (the
+    records of one candidate, independent given the draw)."""
+    return (log_norm - np.log(sigma) - (nu + 1) / 2 * np.log1p(r * r / nu)).sum(-1)
+
+
 def _score(mu, sigma, nu, log_norm, g, w0, K: int, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(variance cut, expected variance after, weights' ESS) of each candidate (column of `mu`, `sigma`) under the
-    draws weighted by `w0` (normalised; None: equal weights): K outcomes simulated from distinct draws chosen by
-    w0, the draws reweighted by w0 times each outcome's likelihood, the outcome's own draw left out (the module
-    docstring)."""
-    S, C = mu.shape
+    """(variance cut, expected variance after, weights' ESS) of each candidate (axis 1 of `mu`, `sigma`, (draws,
+    candidates, records)) under the draws weighted by `w0` (normalised; None: equal weights): K outcomes of its
+    records simulated from distinct draws chosen by w0, the draws reweighted by w0 times the outcomes' joint
+    likelihood, the outcome's own draw left out (the module docstring)."""
+    S, C, R = mu.shape
     if w0 is None:
         w0 = np.full(S, 1.0 / S)
         ks = rng.choice(S, K, replace=False)
     else:
         ks = rng.choice(S, min(K, np.count_nonzero(w0)), replace=False, p=w0)
         K = len(ks)
-    t_noise = rng.standard_t(nu[ks][:, None], size=(K, C))
+    t_noise = rng.standard_t(nu[ks][:, None, None], size=(K, C, R))
     log_w0 = np.log(w0)
     mean0 = w0 @ g
     var_now = float(w0 @ (g - mean0) ** 2 / max(1 - w0 @ w0, 1e-12))
     reduction, var_after, ess = (np.empty(C) for _ in range(3))
     for i in range(C):
-        y = mu[ks, i] + sigma[ks, i] * t_noise[:, i]  # K simulated outcomes
-        r = (y[:, None] - mu[None, :, i]) / sigma[None, :, i]
-        logw = (log_w0[None, :] + log_norm[None, :] - np.log(sigma[None, :, i])
-                - (nu[None, :] + 1) / 2 * np.log1p(r * r / nu[None, :]))
+        y = mu[ks, i] + sigma[ks, i] * t_noise[:, i]  # K simulated outcomes of the R records, (K, R)
+        r = (y[:, None] - mu[None, :, i]) / sigma[None, :, i]  # (K, S, R)
+        logw = log_w0[None, :] + _log_t(r, sigma[None, :, i], nu[None, :, None], log_norm[None, :, None])
         logw[np.arange(K), ks] = -np.inf  # leave the outcome's own draw out
         w = np.exp(logw - logw.max(1, keepdims=True))
         w /= w.sum(1, keepdims=True)
@@ -352,7 +402,7 @@ def _picks(mu, sigma, nu, log_norm, g, score, flops, unusable, k: int, K: int, s
     before it (NaN for the others): the first is the best `score`; after each pick the draws' weights take the
     likelihood of its predictive-mean outcome (the believer rule), and the rest are scored again per FLOP. Also
     returns the effective sample size of the last weights the picks were scored under (S with one pick)."""
-    S, C = mu.shape
+    S, C, _ = mu.shape
     w = np.full(S, 1.0 / S)
     given = np.full(C, np.nan)
     order: list[int] = []
@@ -365,9 +415,9 @@ def _picks(mu, sigma, nu, log_norm, g, score, flops, unusable, k: int, K: int, s
         given[best] = cut[best]
         if j == k - 1:
             break
-        y_bar = w @ mu[:, best]  # the pick's predictive-mean outcome, believed
-        r = (y_bar - mu[:, best]) / sigma[:, best]
-        log_w = np.log(w) + log_norm - np.log(sigma[:, best]) - (nu + 1) / 2 * np.log1p(r * r / nu)
+        y_bar = w @ mu[:, best]  # the pick's predictive-mean outcomes (one per record), believed
+        r = (y_bar[None, :] - mu[:, best]) / sigma[:, best]
+        log_w = np.log(w) + _log_t(r, sigma[:, best], nu[:, None], log_norm[:, None])
         w = np.exp(log_w - log_w.max())
         w /= w.sum()
         cut, _, _ = _score(mu, sigma, nu, log_norm, g, w, K, np.random.default_rng(seed + 1 + j))

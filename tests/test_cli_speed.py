@@ -81,3 +81,6 @@ def test_the_parsers_names_are_the_librarys():
     assert _args.PRESET_NAMES == tuple(PRESETS)
     assert _args.DECAY_SHAPES == tuple(DECAY_SHAPES)
     assert set(_args.BASELINES.values()) <= set(BASELINES)
+    from scalinfer.suggest import DECAY_FRACTION, MAX_BRANCHES
+
+    assert (_args.SUGGEST_DECAY_FRACTION, _args.SUGGEST_MAX_BRANCHES) == (DECAY_FRACTION, MAX_BRANCHES)

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 __all__ = ["MODEL_NAMES", "FORMAT_NAMES", "PLOT_KINDS", "PRESET_NAMES", "DECAY_SHAPES", "BASELINES",
+           "SUGGEST_DECAY_FRACTION", "SUGGEST_MAX_BRANCHES",
            "floats", "range_or_floats", "positive", "count", "whole", "ints", "fit_path", "fit_labels", "add_force", "quiet",
            "print_json", "negative_values", "add_strict", "STRICT_EXIT", "exit_code"]
 
@@ -33,6 +34,8 @@ PRESET_NAMES = ("tiny", "tiny-dense", "cal-xs", "cal-xs-dense", "cal-s", "cal-s-
                 "cal-l", "cal-l-dense")
 #: `scalinfer.schedules.wsd.DECAY_SHAPES`
 DECAY_SHAPES = ("linear", "cosine", "1-sqrt")
+#: `scalinfer.suggest.DECAY_FRACTION` and `scalinfer.suggest.MAX_BRANCHES`
+SUGGEST_DECAY_FRACTION, SUGGEST_MAX_BRANCHES = 0.2, 10
 #: ``--baseline`` name -> the key of `scalinfer.laws.BASELINES`
 BASELINES = {"steplaw": "step_law", "deepseek": "deepseek_llm", "zhou2026": "zhou2026"}
 

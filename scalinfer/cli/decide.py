@@ -2,21 +2,23 @@
 
     scalinfer recommend FIT.nc --N X --D Y [--batch B | --max-batch B] [--excess 0.005] [--prob 0.9]
                         [--lr A] [--ci 0.9] [--json]
-    scalinfer suggest FIT.nc --N X --D Y [--candidates RUNS.csv] [--target lr_opt] [--picks K] [--top 10]
-                      [--out RANKED.csv]
-                      [--json]
+    scalinfer suggest FIT.nc --N X --D Y [--candidates RUNS.csv] [--target lr_opt] [--picks K]
+                      [--branches K [--decay-fraction 0.2]] [--top 10] [--out RANKED.csv] [--json]
 
 ``recommend``: the point of lowest posterior expected loss beside the median optimum, the near-optimal region,
 the expected excess loss and what a batch costs; with ``--lr`` (and ``--batch``) the user's own choice
 (`scalinfer.decide.recommend`, whose docstring defines each quantity). ``suggest``: the calibration runs to buy
 next, ranked by the expected reduction of the target's posterior variance per FLOP (`scalinfer.suggest`);
-``--candidates`` is a CSV with columns N, D, lr, batch (default: a grid around the fit's design).
+``--candidates`` is a CSV with columns N, D, lr, batch (default: a grid around the fit's design); with
+``--branches K`` each candidate is a run with K decay branches, valued and priced as one.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from scalinfer.cli._args import SUGGEST_DECAY_FRACTION as DECAY_FRACTION
+from scalinfer.cli._args import SUGGEST_MAX_BRANCHES as MAX_BRANCHES
 from scalinfer.cli._args import add_force, add_strict, count, exit_code, fit_path, positive, print_json
 
 __all__ = ["register", "cmd_recommend", "cmd_suggest"]
@@ -55,7 +57,8 @@ def cmd_suggest(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as e:
             raise ScalinferError(f"--candidates {args.candidates}: not a readable CSV ({e})") from None
         cands = check_candidates(table)
-    s = suggest(load_fit(args.fit), args.N, args.D, cands, target=args.target, ci=args.ci, picks=args.picks)
+    s = suggest(load_fit(args.fit), args.N, args.D, cands, target=args.target, ci=args.ci, picks=args.picks,
+                branches=args.branches, decay_fraction=args.decay_fraction)
     if args.out:
         atomic_write_with(args.out, lambda tmp: s.table.to_csv(tmp, index=False))
     if args.json:
@@ -63,6 +66,17 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     else:
         print(s.to_text(args.top))
     return exit_code(args, s.warnings)
+
+
+def _branches(text: str) -> int:
+    """A whole number of decay branches, 0 to `MAX_BRANCHES`."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of branches") from None
+    if not 0 <= v <= MAX_BRANCHES:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 0 to {MAX_BRANCHES} branches")
+    return v
 
 
 def _fraction(text: str) -> float:
@@ -107,6 +121,13 @@ def register(subparsers) -> None:
                    help="how many runs to buy at once: chosen one after another, each scored given the ones "
                         "before it, so that two runs that teach the same thing are not both picked (default 1: "
                         "each candidate's value alone)")
+    s.add_argument("--branches", type=_branches, default=0,
+                   help=f"decay branches per candidate run, 0 to {MAX_BRANCHES}: each candidate is a WSD run to D that "
+                        "also reports its loss at D/2, D/4, ... (as `scalinfer plan` lays runs out), valued for "
+                        "all its records and priced with its branches' decays (default 0: one record per run)")
+    s.add_argument("--decay-fraction", type=_fraction, default=DECAY_FRACTION,
+                   help=f"with --branches: the share of a branch's tokens spent decaying (default {DECAY_FRACTION}, "
+                        "plan's)")
     s.add_argument("--top", type=count, default=10, help="how many candidates to print (default 10)")
     s.add_argument("--out", help="write every candidate, ranked, as CSV")
     add_force(s)
