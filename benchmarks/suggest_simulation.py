@@ -22,12 +22,18 @@ grid's interval for lr_opt at the target for fewer FLOPs?
   (grid hi/lo)^1.1, the replay's goal) or the records are spent. Each record it buys is a run trained from
   scratch to its D, at the trainer's FLOPs per token x D: it does not share the plan's branches, so buying
   every record would cost more than the plan. Its cost includes the seed's.
+- **Sequential, runs with branches** (``--branches``). As above, but what it buys is one of the plan's runs,
+  (size, LR, batch) to the largest D with its ``--decays`` decay branches: every D point's record at once, at the
+  plan's own cost per run (the trainer's FLOPs per token x the run's tokens, branches included). `suggest` values
+  each candidate run for all its records (``branches``). The seed design is ``--seed-runs`` random runs per size,
+  and ``--per-round`` counts runs.
 
 The ratio (sequential's FLOPs over the plan's) is exact when the goal was reached; when it was not, none.
 Both arms see the same simulated losses (one table per replicate, simulated once for all records).
 Refits are NUTS at fit's defaults (4 x (500 + 1,000), more while not converged), the replay's.
 
     nice -n 10 .venv/bin/python benchmarks/suggest_simulation.py [--replicates 3] [--per-round 8] [--quick]
+    nice -n 10 .venv/bin/python benchmarks/suggest_simulation.py --branches --per-round 2 [--replicates 3]
 
 Prints a line per refit, a table of the replicates (with whether each final interval holds the true law's
 lr_opt at the target, before the target setting's own offsets) and, as its last line, one JSON object: per
@@ -57,10 +63,16 @@ def interval(fit) -> tuple[float, float]:
 
 def records(plan) -> pd.DataFrame:
     """Every (N, D, lr, batch_tokens) record of the plan, with ``flops``: the trainer's FLOPs per token x D (the
-    record as a run of its own)."""
-    rows = [(float(s.size.N_total), float(d), float(lr), float(b), s.size.flops_per_token * d)
-            for s in plan.sizes for d in s.D_points for lr in s.lrs for b in s.batches]
-    return pd.DataFrame(rows, columns=["N", "D", "lr", "batch_tokens", "flops"])
+    record as a run of its own), ``run`` (the plan's run it belongs to: one per size, LR and batch) and
+    ``run_flops`` (that run's cost, its decay branches included: the plan's accounting)."""
+    rows, run = [], 0
+    for s in plan.sizes:
+        for lr in s.lrs:
+            for b in s.batches:
+                rows += [(float(s.size.N_total), float(d), float(lr), float(b), s.size.flops_per_token * d, run,
+                          s.size.flops_per_token * s.tokens_per_run) for d in s.D_points]
+                run += 1
+    return pd.DataFrame(rows, columns=["N", "D", "lr", "batch_tokens", "flops", "run", "run_flops"])
 
 
 def main(argv=None) -> int:
@@ -79,6 +91,9 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--max-samples", type=int, default=None, help="draws per chain at most (default 4 x --samples)")
     ap.add_argument("--seed", type=int, default=0, help="the first replicate's seed (replicate r uses seed + r)")
+    ap.add_argument("--branches", action="store_true",
+                    help="buy the plan's runs with their decay branches (every D point of a run at once, at the "
+                         "plan's cost), valued by suggest's branches; --seed-runs and --per-round count runs")
     ap.add_argument("--quick", action="store_true", help="1 replicate, 2 rounds, 1 x (150 + 150) refits: a smoke run")
     args = ap.parse_args(argv)
     if args.quick:
@@ -106,7 +121,8 @@ def main(argv=None) -> int:
           f"lr_opt is {lr_law:.3g}", flush=True)
 
     def refit(table: pd.DataFrame, seed: int):
-        runs = validate(table.drop(columns=["flops", "true_lr_opt", "true_batch_opt", "true_loss_opt"])
+        runs = validate(table.drop(columns=["flops", "run", "run_flops", "true_lr_opt", "true_batch_opt",
+                                            "true_loss_opt"])
                         .reset_index(drop=True), source="suggest-simulation", kind="runs")
         return scalinfer.fit(runs, model="surface", chains=args.chains, warmup=args.warmup, samples=args.samples,
                              max_samples=args.max_samples, seed=seed, quiet=True)
@@ -115,7 +131,8 @@ def main(argv=None) -> int:
     reps = []
     for r in range(args.replicates):
         seed = args.seed + r
-        table = simulate(truth, universe, seed=seed).assign(flops=universe["flops"])
+        table = simulate(truth, universe.drop(columns=["flops", "run", "run_flops"]), seed=seed).assign(
+            flops=universe["flops"], run=universe["run"], run_flops=universe["run_flops"])
         grid_fit = refit(table, seed)
         w_grid = width(grid_fit)
         goal = float(np.exp(1.1 * np.log(w_grid)))
@@ -123,28 +140,45 @@ def main(argv=None) -> int:
               f"the plan's grid: hi/lo {w_grid:.3f} (R-hat max {fit_rhat(grid_fit):.3f}, {grid_fit.divergences} "
               f"divergent); goal <= {goal:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
         rng = np.random.default_rng(seed)
-        have = [int(i) for _, g in table.groupby(["N", "D"]) for i in
-                rng.choice(g.index.to_numpy(), min(args.seed_runs, len(g)), replace=False)]
+        if args.branches:  # whole runs: every record of each run bought, at the run's cost
+            runs_of = table.groupby("run")
+            bought = [int(r) for _, g in table.groupby("N") for r in
+                      rng.choice(g["run"].unique(), min(args.seed_runs, g["run"].nunique()), replace=False)]
+            have = sorted(i for r in bought for i in runs_of.indices[r])
+        else:
+            have = [int(i) for _, g in table.groupby(["N", "D"]) for i in
+                    rng.choice(g.index.to_numpy(), min(args.seed_runs, len(g)), replace=False)]
+
+        def cost(have) -> float:
+            if args.branches:
+                return float(table.loc[have].drop_duplicates("run")["run_flops"].sum())
+            return float(table.loc[have, "flops"].sum())
+
         fit = refit(table.loc[sorted(have)], seed)
         w = width(fit)
-        trace = [{"round": 0, "runs": len(have), "flops": float(table.loc[have, "flops"].sum()), "width": w,
+        trace = [{"round": 0, "runs": len(have), "flops": cost(have), "width": w,
                   "r_hat_max": fit_rhat(fit), "divergences": int(fit.divergences)}]
         print(f"  seed design: {len(have)} records, {trace[0]['flops']:.3g} FLOPs, hi/lo {w:.3f}", flush=True)
         for rnd in range(1, args.max_rounds + 1):
             if w <= goal:
                 break
             rest = np.setdiff1d(np.arange(len(table)), have)
+            if args.branches:  # a candidate per run not bought: its largest D, valued with its branches
+                rest = table.loc[rest].sort_values("D").drop_duplicates("run", keep="last").index.to_numpy()
             if not rest.size:
                 break
             k = min(args.per_round, rest.size)
             cand = table.loc[rest, ["N", "D", "lr", "batch_tokens"]].rename(columns={"batch_tokens": "batch"})
             s = suggest(fit, TARGET_N, TARGET_D, cand.reset_index(drop=True), max_draws=400, n_outcomes=100,
-                        seed=seed, picks=k)
+                        seed=seed, picks=k, branches=args.decays if args.branches else 0)
             key = {tuple(row): i for i, row in zip(rest, cand.to_numpy())}
-            have += [int(key[tuple(row)]) for row in s.table[["N", "D", "lr", "batch"]].to_numpy()[:k]]
+            picked = [int(key[tuple(row)]) for row in s.table[["N", "D", "lr", "batch"]].to_numpy()[:k]]
+            if args.branches:
+                picked = [int(i) for p in picked for i in runs_of.indices[int(table.loc[p, "run"])]]
+            have += picked
             fit = refit(table.loc[sorted(have)], seed)
             w = width(fit)
-            trace.append({"round": rnd, "runs": len(have), "flops": float(table.loc[have, "flops"].sum()),
+            trace.append({"round": rnd, "runs": len(have), "flops": cost(have),
                           "width": w, "r_hat_max": fit_rhat(fit), "divergences": int(fit.divergences)})
             print(f"  round {rnd}: {len(have)} records, {trace[-1]['flops']:.3g} FLOPs, hi/lo {w:.3f} (R-hat max "
                   f"{trace[-1]['r_hat_max']:.3f}, {fit.divergences} divergent; {time.perf_counter() - t0:.0f} s)",
@@ -172,6 +206,7 @@ def main(argv=None) -> int:
            "sizes": [float(s.N_total) for s in sizes],
            "plan_runs": plan.n_runs, "plan_records": len(universe), "plan_flops": plan.flops,
            "tau_size": args.tau_size, "seed_runs_per_setting": args.seed_runs, "per_round": args.per_round,
+           "branches": args.branches,
            "refit": f"nuts {args.chains} x ({args.warmup} + {args.samples}, up to {args.max_samples})",
            "replicates": reps, "reached": len(ratios),
            "flops_ratio_vs_plan": float(np.median(ratios)) if ratios else None,
