@@ -414,10 +414,11 @@ def test_size_scatter_carries_a_new_sizes_scatter(sim):
     # (the figures of a size-scatter fit: test_figures_render, whose fit has these 3 sizes too)
 
 
-def test_cli_size_scatter_option(sim, tmp_path, monkeypatch):
+@pytest.mark.parametrize("flag", ["size-scatter", "lr-valley-by-batch"])
+def test_cli_surface_option_flags(sim, tmp_path, monkeypatch, flag):
     """`scalinfer fit --size-scatter` / ``--no-size-scatter`` reach the surface model as ``size_scatter=True`` /
     ``False``, neither leaves the model's default; a model without the option says so (exit 2) instead of
-    ignoring the flag."""
+    ignoring the flag. The same for ``--lr-valley-by-batch``."""
     import scalinfer.inference as inference
     from scalinfer.errors import ScalinferError
 
@@ -430,17 +431,18 @@ def test_cli_size_scatter_option(sim, tmp_path, monkeypatch):
         seen.update(kw)
         raise ScalinferError("stop here")
 
-    r = run_cli("fit", table, "--model", "chinchilla", "--size-scatter", "-o", tmp_path / "c.nc")
-    assert r.code == 2 and "size_scatter" in r.err, r.err
+    option = flag.replace("-", "_")
+    r = run_cli("fit", table, "--model", "chinchilla", f"--{flag}", "-o", tmp_path / "c.nc")
+    assert r.code == 2 and option in r.err, r.err
     monkeypatch.setattr(inference, "fit", fake_fit)
-    r = run_cli("fit", table, "--model", "surface", "--size-scatter", "-o", tmp_path / "s.nc")
-    assert r.code == 2 and "stop here" in r.err and seen["size_scatter"] is True and seen["model"] == "surface"
+    r = run_cli("fit", table, "--model", "surface", f"--{flag}", "-o", tmp_path / "s.nc")
+    assert r.code == 2 and "stop here" in r.err and seen[option] is True and seen["model"] == "surface"
     seen.clear()
-    r = run_cli("fit", table, "--model", "surface", "--no-size-scatter", "-o", tmp_path / "s.nc")
-    assert r.code == 2 and seen["size_scatter"] is False
+    r = run_cli("fit", table, "--model", "surface", f"--no-{flag}", "-o", tmp_path / "s.nc")
+    assert r.code == 2 and seen[option] is False
     seen.clear()
     r = run_cli("fit", table, "--model", "surface", "-o", tmp_path / "s.nc")  # the model's default decides
-    assert r.code == 2 and "size_scatter" not in seen and seen["model"] == "surface"
+    assert r.code == 2 and option not in seen and seen["model"] == "surface"
 
 
 @pytest.mark.slow

@@ -1,13 +1,12 @@
 """The surface model's option ``lr_valley_by_batch``: the LR valley's log curvature and asymmetry moving with the
 batch's distance from B* (`scalinfer.models.surface.loss`). The math against the separable valley, what
-`prepare` records, the CLI flag, and recovery of the coupling from a simulated table of that form."""
+`prepare` records, and recovery of the coupling from a simulated table of that form (the CLI flag:
+test_surface's test_cli_surface_option_flags)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from conftest import run_cli
 
 from scalinfer.errors import ModelError
 
@@ -81,29 +80,6 @@ def test_prepare_records_the_option_and_a_reduced_design_has_nothing_to_couple(s
     assert "c_lr_B" not in on.init_values(data1, c1)
     with pytest.raises(ModelError, match="lr_valley_by_batch must be True or False"):
         MODEL.with_options(lr_valley_by_batch="yes")
-
-
-def test_cli_flag_reaches_the_model(surface_sim_table, tmp_path, monkeypatch):
-    import scalinfer.inference as inference
-    from scalinfer.errors import ScalinferError
-
-    _, df = surface_sim_table
-    table = tmp_path / "runs.csv"
-    df.drop(columns=["true_lr_opt", "true_batch_opt", "true_loss_opt"]).to_csv(table, index=False)
-    seen = {}
-
-    def fake_fit(runs, **kw):
-        seen.update(kw)
-        raise ScalinferError("stop here")
-
-    r = run_cli("fit", table, "--model", "chinchilla", "--lr-valley-by-batch", "-o", tmp_path / "c.nc")
-    assert r.code == 2 and "lr_valley_by_batch" in r.err, r.err
-    monkeypatch.setattr(inference, "fit", fake_fit)
-    r = run_cli("fit", table, "--model", "surface", "--lr-valley-by-batch", "-o", tmp_path / "s.nc")
-    assert r.code == 2 and seen["lr_valley_by_batch"] is True
-    seen.clear()
-    r = run_cli("fit", table, "--model", "surface", "-o", tmp_path / "s.nc")
-    assert r.code == 2 and "lr_valley_by_batch" not in seen
 
 
 @pytest.mark.slow
