@@ -90,7 +90,7 @@ def predict(draws: Arrays, constants: dict[str, float], N=None, D=None, lr=None,
     # big grids (over 4M draw x target values) in float32: relative error ~1e-7, far below any interval's width
     big = n_draws * int(np.prod(shape)) > BIG
     ft = np.float32 if big else np.float64
-    p = {k: np.asarray(draws[k], ft) for k in SCALARS + VALLEY_BY_BATCH if k in SCALARS or k in draws}
+    p = {k: np.asarray(draws[k], ft) for k in SCALARS + tuple(k for k in VALLEY_BY_BATCH if k in draws)}
     eps = eps.astype(ft)
     c = {k: float(constants[k]) for k in ("m_N", "h_N", "m_D", "h_D", "m_lr", "m_b", "m_y")}
     log = lambda v: None if v is None else np.log(np.broadcast_to(np.asarray(v, float), shape)).astype(ft)  # noqa: E731
