@@ -3,7 +3,7 @@ compilation cache, and joining a multi-host job.
 
 Library functions never change these behind the caller's back. A fit computes in float64 inside
 ``jax.enable_x64(True)``, which restores the caller's setting on return (`float64`); it does not ask for
-devices (with fewer devices than chains, `chain_method_for` warns and the chains run one after another) and
+devices (with fewer devices than chains, `chain_method_for` warns and the chains run batched on one) and
 does not turn the persistent cache on. A program that wants them process-wide asks once, before it runs any
 JAX code, as the ``scalinfer`` command and the trainer do (in the manner of NumPyro's
 ``set_host_device_count`` and ``enable_x64``)::
@@ -153,17 +153,17 @@ def float64(fn: F) -> F:
 
 
 def chain_method_for(chains: int) -> str:
-    """``parallel`` when there is a device per chain, else ``sequential``, with a warning that says why
-    (NumPyro would silently run `parallel` sequentially)."""
+    """``parallel`` when there is a device per chain, else ``vectorized`` (the chains batched on one device),
+    with a warning that says why (NumPyro would silently run `parallel` sequentially)."""
     import jax
 
     n = jax.local_device_count()
     if chains <= 1:
-        return "sequential"
+        return "vectorized"
     if n >= chains:
         return "parallel"
     warnings.warn(
-        f"scalinfer: {chains} chains but JAX has only {n} device(s); chains run one after another. Call "
+        f"scalinfer: {chains} chains but JAX has only {n} device(s); the chains run batched on one. Call "
         f"scalinfer.runtime.configure(n_devices={chains}) before running any JAX code, or set "
         f"XLA_FLAGS=--xla_force_host_platform_device_count={chains}.", RuntimeWarning, stacklevel=3)
-    return "sequential"
+    return "vectorized"

@@ -18,7 +18,7 @@ from support.compile_log import CompileLog
 SETTINGS = dict(model="chinchilla", chains=2, warmup=150, samples=150)
 #: the programs a NUTS fit compiles (named after the functions `jax.jit`/`jax.pmap` wrap)
 PROGRAMS = ("scalinfer_start", "scalinfer_potential", "scalinfer_nuts",
-            "scalinfer_log_likelihood")
+            "scalinfer_log_densities")
 
 
 def _table(seed: int):
@@ -74,6 +74,21 @@ def test_fit_after_clearing_jax_caches_hits_the_persistent_cache():
     assert {p for p in PROGRAMS if any(p in name for name in ours)} == set(PROGRAMS), sorted(log.by_name)
     misses = {name: [s for hit, s in events if not hit] for name, events in ours.items()}
     assert not any(misses.values()), f"compiled again instead of a persistent-cache hit: {misses}"
+
+
+@pytest.mark.slow
+def test_programs_compiled_ahead_are_the_ones_run():
+    """`fit` compiles the mode search's and NUTS's programs in threads before the mode is known
+    (`scalinfer.inference.fit._compile_ahead`); a call whose arguments' shapes or types differ from the ones
+    lowered ahead would compile a second program. Settings no other test uses, so nothing is in memory yet."""
+    with CompileLog() as log:
+        f = scalinfer.fit(_table(7), model="chinchilla", chains=2, warmup=147, samples=53, seed=7)
+    assert f.posterior.sizes["draw"] == 53
+    # the mode search's program may be in memory already (earlier tests' tables have these shapes): at most one
+    for p in ("scalinfer_potential", "scalinfer_nuts"):
+        events = [e for name, ev in log.by_name.items() if p in name for e in ev]
+        assert len(events) <= 1, f"{p}: {len(events)} compilations or cache hits: {log.by_name}"
+    assert any("scalinfer_nuts" in name for name in log.by_name), "NUTS's program was not compiled"
 
 
 @pytest.mark.parametrize("value, dynamic", [

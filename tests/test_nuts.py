@@ -26,7 +26,7 @@ def gauss(sd):
 def _run(**kw):
     configure(2)
     init = {"x": np.zeros((2, 3))}
-    opts = dict(chains=2, warmup=200, samples=400, seed=0, chain_method="sequential")
+    opts = dict(chains=2, warmup=200, samples=400, seed=0, chain_method="vectorized")
     opts.update(kw)
     return run_nuts(gauss, {"sd": SD}, init, **opts)
 
@@ -74,7 +74,7 @@ def test_model_arguments_are_all_data():
         numpyro.sample("x", dist.Normal(_mean, _scale))
 
     draws, _ = run_nuts(model, {"_mean": 5.0, "_scale": 2.0}, {"x": np.zeros(1)}, chains=1, warmup=50,
-                        samples=50, chain_method="sequential")
+                        samples=50, chain_method="vectorized")
     assert draws["x"].shape == (1, 50) and 2 < draws["x"].mean() < 8
 
 
@@ -87,7 +87,7 @@ def test_float32_potential_samples_the_same_target():
 
     configure(2)
     draws, stats = run_nuts(gauss_in_float32, {"sd": SD}, {"x": np.zeros((2, 3))}, chains=2, warmup=200,
-                            samples=1000, seed=0, chain_method="sequential", potential_dtype="float32",
+                            samples=1000, seed=0, chain_method="vectorized", potential_dtype="float32",
                             preconditioner=Preconditioner.around({"x": np.zeros(3)}, SD))
     x = draws["x"].reshape(-1, 3)
     assert x.dtype == np.float64 and not stats["diverging"].any()
@@ -159,7 +159,7 @@ def test_dense_adaptation_in_short_windows_recovers_a_correlated_target():
     configure(2)
     d = 40
     draws, stats = run_nuts(corr_gauss, {"d": d}, {"x": np.zeros((2, d))}, chains=2, warmup=300, samples=500,
-                            seed=0, chain_method="sequential", adapt="dense")
+                            seed=0, chain_method="vectorized", adapt="dense")
     x = draws["x"].reshape(-1, d)
     # ~1,000 draws: se of a variance ~ sqrt(2 / 1000) = 0.045 (more with autocorrelation); 0.25 is > 5 se
     np.testing.assert_allclose(x.var(0), 1.0, atol=0.25)
@@ -223,7 +223,7 @@ def test_the_step_size_adapts_toward_the_target_acceptance_on_a_gaussian():
     out = {}
     for target in (0.6, 0.95):
         _, stats = run_nuts(lambda: numpyro.sample("x", dist.Normal(np.zeros(10), 1.0)), {}, init, chains=2,
-                            warmup=300, samples=400, seed=1, chain_method="sequential", adapt="diag",
+                            warmup=300, samples=400, seed=1, chain_method="vectorized", adapt="diag",
                             target_accept=target)
         out[target] = stats
         assert abs(stats["accept_prob"].mean() - target) < 0.15
@@ -268,7 +268,7 @@ def test_correlated_gaussian_draws_have_its_covariance():
         numpyro.sample("x", dist.MultivariateNormal(np.zeros(2), covariance_matrix=sigma))
 
     draws, stats = run_nuts(model, {}, {"x": np.zeros((2, 2))}, chains=2, warmup=500, samples=1000, seed=2,
-                            chain_method="sequential", adapt="dense")
+                            chain_method="vectorized", adapt="dense")
     x = draws["x"].reshape(-1, 2)
     np.testing.assert_allclose(x.var(0), np.diag(sigma), rtol=0.18)
     assert abs(np.corrcoef(x.T)[0, 1] - 0.95) < 0.012
@@ -292,3 +292,29 @@ def test_a_chains_start_carries_the_potential_and_its_gradient_in_w():
     np.testing.assert_allclose(first.potential_energy, np.sum(x**2 / (2 * SD**2), 1) + const, rtol=1e-10)
     np.testing.assert_allclose(first.potential_grad, pre.scale * x / SD**2, rtol=1e-10)
     np.testing.assert_array_equal(first.position, w)
+
+
+def test_warmup_pools_the_chains_draws():
+    """With the chains on a named axis, a window's mass matrix is the covariance of every chain's draws together
+    (`pooled_moments`, Chan et al.'s merge of Welford moments), and the final step size is one for all chains."""
+    import jax
+
+    configure(2)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 200, 2)) * np.array([1.0, 5.0]) + np.array([[[0.0, 0.0]], [[1.0, 0.0]], [[0.0, -2.0]]])
+    init, update, final = window_adaptation(200, 2, "dense", 0.8, axis_name="chain", chains=3)
+
+    def one_chain(xs, accept):
+        state = init()
+        for i in range(200):
+            state = update(state, i, xs[i], accept)
+        return final(state)
+
+    accept = np.array([0.6, 0.8, 0.95])  # each chain's own dual average differs; the final step size does not
+    parameters = jax.vmap(one_chain, axis_name="chain")(x, accept)
+    start, end = build_adaptation_schedule(200)[-2]
+    window = x[:, start:end + 1].reshape(-1, 2)
+    expected, _ = regularized_mass_matrix(np.cov(window.T), window.shape[0])
+    for c in range(3):
+        np.testing.assert_allclose(np.asarray(parameters.inverse_mass_matrix[c]), np.asarray(expected), rtol=1e-10)
+    assert np.ptp(np.asarray(parameters.step_size)) == 0.0

@@ -18,9 +18,9 @@ This module holds what the inference programs share:
   memory maps (never JAX's caches of the caller's own functions);
 - `model_sites`: what the model's sites are (names, types, supports), from an abstract trace that compiles
   nothing;
-- `constrain`, `log_likelihood`, `log_prior`: the constrained values (deterministic sites included), the
-  pointwise log likelihood of each observed site and the log prior density of each latent site at posterior
-  draws, each one compiled, vectorised program.
+- `constrain`: the constrained values at unconstrained draws (deterministic sites included), and
+  `log_densities`: the pointwise log likelihood of each observed site and the log prior density of each latent
+  site at posterior draws, from one trace of the model; each one compiled, vectorised program.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["split_kwargs", "join_kwargs", "program", "release_if_crowded", "model_sites", "constrain",
-           "log_likelihood", "log_prior", "tree_unraveler"]
+           "log_densities", "tree_unraveler"]
 
 
 def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
@@ -227,27 +227,7 @@ def constrain(model_fn: Callable, z: dict[str, Any], kwargs: dict[str, Any], bat
 
 
 @program
-def _log_likelihood_program(model_fn, static, batch_ndims: int):
-    import jax
-    from numpyro.infer.util import log_likelihood as _ll
-
-    def scalinfer_log_likelihood(samples, dyn):
-        return _ll(model_fn, samples, parallel=True, batch_ndims=batch_ndims, **join_kwargs(dyn, static))
-
-    return jax.jit(scalinfer_log_likelihood)
-
-
-def log_likelihood(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str, Any],
-                   batch_ndims: int = 2) -> dict[str, np.ndarray]:
-    """`numpyro.infer.util.log_likelihood` of each observed site at `samples` (with `batch_ndims` leading
-    batch axes), as one compiled program with the data as an argument."""
-    dynamic, static = split_kwargs(kwargs)
-    out = _log_likelihood_program(model_fn, static, batch_ndims)(samples, dynamic)
-    return {k: np.asarray(v) for k, v in out.items()}
-
-
-@program
-def _log_prior_program(model_fn, static):
+def _log_densities_program(model_fn, static):
     import jax
     import jax.numpy as jnp
     from numpyro import handlers
@@ -255,35 +235,42 @@ def _log_prior_program(model_fn, static):
     def one(sample, dyn):
         model = handlers.substitute(handlers.seed(model_fn, jax.random.PRNGKey(0)), data=sample)
         tr = handlers.trace(model).get_trace(**join_kwargs(dyn, static))
-        out = {}
+        likelihood, prior = {}, {}
         for name, site in tr.items():
-            if site["type"] == "sample" and not site["is_observed"]:
-                lp = site["fn"].log_prob(site["value"])
-                if site.get("scale") is not None:
-                    lp = site["scale"] * lp
-                out[name] = jnp.sum(lp)
-        return out
+            if site["type"] != "sample":
+                continue
+            lp = site["fn"].log_prob(site["value"])
+            if site["is_observed"]:
+                likelihood[name] = lp
+            else:
+                prior[name] = jnp.sum(lp if site.get("scale") is None else site["scale"] * lp)
+        return likelihood, prior
 
-    def scalinfer_log_prior(samples, dyn):
+    def scalinfer_log_densities(samples, dyn):
         return jax.vmap(one, in_axes=(0, None))(samples, dyn)
 
-    return jax.jit(scalinfer_log_prior)
+    return jax.jit(scalinfer_log_densities)
 
 
-def log_prior(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str, Any],
-              batch_ndims: int = 2) -> dict[str, np.ndarray]:
-    r"""The log prior density of each latent (non-observed) sample site at `samples` (arrays with `batch_ndims`
-    leading batch axes, e.g. (chain, draw)): site name -> array of the batch shape.
+def log_densities(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str, Any], batch_ndims: int = 2
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    r"""(log likelihood, log prior) of the model at `samples` (the latent sites' values, arrays with `batch_ndims`
+    leading batch axes, e.g. (chain, draw)), from one trace of the model per draw.
 
-    For a site :math:`\theta_k \sim p_k(\theta_k \mid \theta_{<k})` this is
-    :math:`\sum \log p_k(\theta_k \mid \theta_{<k})` at the draw (summed over the site's own elements; times
-    the site's plate scale, if any), in the model's own (constrained) parametrisation: the terms of the joint
-    prior :math:`\log p(\theta) = \sum_k \log p_k`, which power-scaling sensitivity raises to a power one site,
-    or all of them, at a time (`scalinfer.inference.sensitivity`). The model is run under NumPyro's `substitute`
-    and `trace` handlers, one draw at a time under `jax.vmap`, as one compiled program with the data as an
-    argument (cached per model and static arguments, like `log_likelihood`)."""
+    - log likelihood: observed site name -> the log density of each observation, of shape batch + the site's
+      (what `numpyro.infer.util.log_likelihood` returns);
+    - log prior: latent site name -> array of the batch shape. For a site
+      :math:`\theta_k \sim p_k(\theta_k \mid \theta_{<k})` this is :math:`\sum \log p_k(\theta_k \mid
+      \theta_{<k})` at the draw (summed over the site's own elements; times the site's plate scale, if any), in
+      the model's own (constrained) parametrisation: the terms of the joint prior :math:`\log p(\theta) = \sum_k
+      \log p_k`, which power-scaling sensitivity raises to a power one site, or all of them, at a time
+      (`scalinfer.inference.sensitivity`).
+
+    The model runs under NumPyro's `substitute` and `trace` handlers, one draw at a time under `jax.vmap`, as one
+    compiled program with the data as an argument (cached per model and static arguments)."""
     dynamic, static = split_kwargs(kwargs)
     lead = np.shape(next(iter(samples.values())))[:batch_ndims]
     flat = {k: np.reshape(v, (-1, *np.shape(v)[batch_ndims:])) for k, v in samples.items()}
-    out = _log_prior_program(model_fn, static)(flat, dynamic)
-    return {k: np.asarray(v).reshape(lead) for k, v in out.items()}
+    likelihood, prior = _log_densities_program(model_fn, static)(flat, dynamic)
+    return ({k: np.asarray(v).reshape(*lead, *np.shape(v)[1:]) for k, v in likelihood.items()},
+            {k: np.asarray(v).reshape(lead) for k, v in prior.items()})

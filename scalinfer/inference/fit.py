@@ -2,7 +2,7 @@
 
 A `Fit` wraps an ArviZ DataTree with the groups ``posterior`` (sampled and natural-scale parameters),
 ``sample_stats`` (divergences, tree sizes...), ``log_likelihood``, ``log_prior`` (one variable per latent
-site, `scalinfer.inference.compiled.log_prior`), ``observed_data`` and ``constant_data`` (the model's inputs,
+site, `scalinfer.inference.compiled.log_densities`), ``observed_data`` and ``constant_data`` (the model's inputs,
 the run table's columns as ``run_COLUMN``, and the model's scalar constants, centering and counts, as one
 variable ``constants`` along the coordinate ``constant`` of their names), and root attributes naming the
 model, its version, the method and the scalinfer version, and the model's options as JSON (``model_options``),
@@ -19,6 +19,7 @@ import os
 import sys
 import time
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,13 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     kwargs = m.model_kwargs(data, constants)
     _log(f"{m.name}: {len(runs)} runs; finding the posterior mode", quiet)
     start = m.init_values(data, constants)
+    chain_method = chain_method_for(chains) if method == "nuts" else None
+    target_accept = float(target_accept or m.target_accept)
+    nuts_settings = dict(chains=chains, warmup=warmup, samples=samples, adapt=adapt, target_accept=target_accept,
+                         warmup_tree_depth=warmup_tree_depth, chain_method=chain_method,
+                         potential_dtype=potential_dtype)
+    mode_compiled, nuts_compiled = _compile_ahead(m, kwargs, start, seed, nuts_settings if method == "nuts" else {})
+    mode_compiled.result()
     point = find_map(m.model, kwargs, start, seed=seed)
     extra: dict[str, Any] = {}
     if method == "nuts" and not point.converged:
@@ -171,7 +179,8 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     init = point.unravel(flat)
     _log(f"{m.name}: NUTS, {chains} chains x ({warmup} warmup + {samples} draws)", quiet)
     t1 = time.perf_counter()
-    extra["target_accept"] = float(target_accept or m.target_accept)
+    extra["target_accept"] = target_accept
+    nuts_compiled.result()  # compiled while the mode was searched for (or the error compiling it)
 
     rhat_before = [float("inf")]  # the worst R-hat of the draws one block ago
 
@@ -183,11 +192,8 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
                  "not drawing more: a chain stuck apart from the others stays apart"), quiet)
         return not more
 
-    draws, stats = run_nuts(m.model, kwargs, init, chains=chains, warmup=warmup, samples=samples, seed=seed,
-                            adapt=adapt, target_accept=extra["target_accept"], warmup_tree_depth=warmup_tree_depth,
-                            chain_method=chain_method_for(chains), preconditioner=_preconditioner(point),
-                            potential_dtype=potential_dtype, progress=progress, max_samples=max_samples,
-                            enough=enough if chains > 1 else None)
+    draws, stats = run_nuts(m.model, kwargs, init, seed=seed, preconditioner=_preconditioner(point), progress=progress,
+                            max_samples=max_samples, enough=enough if chains > 1 else None, **nuts_settings)
     extra["samples_extended"] = int(stats["diverging"].shape[1] - samples)
     t_nuts = time.perf_counter() - t1
     extra["warmup_leapfrog_steps"] = int(stats.pop("warmup_num_steps").sum())
@@ -196,6 +202,27 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     _log(f"{m.name}: NUTS took {t_nuts:.1f} s", quiet)
     tree = _to_tree(m, runs, data, constants, draws, stats, kwargs, method, extra)
     return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map, "nuts_s": t_nuts}, model=m)
+
+
+def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_settings: dict[str, Any]
+                   ) -> tuple[Future, Future | None]:
+    """Compile the programs of the mode search and of NUTS (with `nuts_settings`; empty: no NUTS) in threads,
+    before the mode is known: their shapes are (`unconstrained_like`). Returns their compilations' futures.
+
+    The models are traced here, one program after the other: NumPyro's effect handlers live on one
+    process-wide stack, so two threads must not trace at once. XLA compiles with the GIL released, so the mode
+    search's program compiles while NUTS's is traced, and NUTS's while the mode is searched for."""
+    from scalinfer.inference.nuts import lower_nuts
+    from scalinfer.inference.optimize import Objective, unconstrained_like
+
+    like = {k: np.zeros(v.shape, v.dtype) for k, v in unconstrained_like(m.model, kwargs, start, seed).items()}
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="scalinfer-compile")
+    try:
+        mode = pool.submit(Objective(m.model, kwargs, like).lower().compile)
+        nuts = pool.submit(lower_nuts(m.model, kwargs, like, **nuts_settings).compile) if nuts_settings else None
+        return mode, nuts
+    finally:
+        pool.shutdown(wait=False)  # the threads end with the compilations
 
 
 def _preconditioner(point):
@@ -290,7 +317,7 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
             "acceptance_rate": stats["accept_prob"], "energy": stats["energy"]}
     bounds = _support_bounds(m, kwargs) if kwargs is not None else {}
     if kwargs is not None and method != "map":  # one draw: nothing to estimate LOO from
-        groups["log_likelihood"] = _log_likelihood(m, kwargs, draws)
+        groups["log_likelihood"], log_prior = _log_densities(m, kwargs, draws)
     observed = {k: v for k, v in data.items() if k in m.observed}
     if observed:
         groups["observed_data"] = observed
@@ -320,7 +347,6 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
         if k in tree["posterior"].data_vars:
             tree["posterior"][k].attrs.update({"support_lower": lo, "support_upper": hi})
     if "log_likelihood" in groups:  # a group of its own: one value per draw (`dims` are the sites' in posterior)
-        log_prior = _log_prior(m, kwargs, draws)
         tree["log_prior"] = from_dict({"log_prior": log_prior}, check_conventions=False)["log_prior"]
     return tree
 
@@ -383,19 +409,11 @@ def _run_columns(runs: RunTable) -> list[str]:
     return out
 
 
-def _log_likelihood(m: Model, kwargs, draws) -> dict[str, np.ndarray]:
-    from scalinfer.inference.compiled import log_likelihood
+def _log_densities(m: Model, kwargs, draws) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    from scalinfer.inference.compiled import log_densities
 
     sites = _sample_sites(m, kwargs)
-    sampled = {k: v for k, v in draws.items() if k in sites}
-    return log_likelihood(m.model, sampled, kwargs, batch_ndims=2)
-
-
-def _log_prior(m: Model, kwargs, draws) -> dict[str, np.ndarray]:
-    from scalinfer.inference.compiled import log_prior
-
-    sites = _sample_sites(m, kwargs)
-    return log_prior(m.model, {k: v for k, v in draws.items() if k in sites}, kwargs, batch_ndims=2)
+    return log_densities(m.model, {k: v for k, v in draws.items() if k in sites}, kwargs, batch_ndims=2)
 
 
 def _sample_sites(m: Model, kwargs) -> set[str]:

@@ -38,7 +38,7 @@ from numpyro.infer.util import potential_energy
 from scalinfer.errors import ModelError
 from scalinfer.inference.compiled import constrain, join_kwargs, program, split_kwargs, tree_unraveler
 
-__all__ = ["PointFit", "find_map", "laplace_draws", "laplace_flat"]
+__all__ = ["PointFit", "find_map", "unconstrained_like", "laplace_draws", "laplace_flat"]
 
 #: rows of the batched potential-and-gradient program: parameters + 1 (a Hessian by forward differences in
 #: one batch), at most MAX_BATCH, and at most MAX_BATCH_ELEMENTS / (data elements) so that long tables keep
@@ -87,6 +87,12 @@ class Objective:
         self.rows = max(1, min(self.dim + 1, MAX_BATCH, MAX_BATCH_ELEMENTS // max(data_size, 1)))
         self.unravel = tree_unraveler(z_like)
         self._program = _batch_program(model_fn, self.static)
+
+    def lower(self) -> jax.stages.Lowered:
+        """The program a call evaluates, traced and lowered but not compiled: ``.compile()`` it in a thread while
+        this one does other work (`scalinfer.fit` traces NUTS's program meanwhile); a later call finds it
+        compiled, as JAX keys its cache of executables by the program and its arguments' shapes."""
+        return self._program.lower(np.zeros((self.rows, self.dim)), self.z_like, self.dyn)
 
     def __call__(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Potentials (n,) and gradients (n, dim) at the rows of `flat` (n, dim); n is padded to the batch."""
@@ -209,6 +215,22 @@ def _newton(objective: Objective, x: np.ndarray, gtol: float, max_iter: int, fre
     return x, float(fx), gmax
 
 
+def _start_values(init_values: dict[str, Any] | None, strategy: str) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v, dtype=float) for k, v in (init_values or {}).items()} if strategy == "value" else {}
+
+
+def unconstrained_like(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any] | None = None,
+                       seed: int = 0) -> dict[str, jax.ShapeDtypeStruct]:
+    """The shapes of the model's unconstrained sites, as `find_map`'s `PointFit.z` will have them (name ->
+    `jax.ShapeDtypeStruct`), from the trace of `find_map`'s first start (which it then reuses), without running
+    anything: what the mode search's `Objective` and a NUTS program can be lowered for before the mode is known
+    (`Objective.lower`, `scalinfer.inference.nuts.lower_nuts`)."""
+    dyn, static = split_kwargs(model_kwargs)
+    strategy = "value" if init_values else "median"
+    return jax.eval_shape(_start_program(model_fn, static, strategy), jax.random.PRNGKey(seed),
+                          _start_values(init_values, strategy), dyn)
+
+
 def find_map(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any] | None = None,
              seed: int = 0, max_iter: int = 200, gtol: float = 1e-6, hold: tuple[str, ...] = ()) -> PointFit:
     """Minimize the potential starting from `init_values` (if given and the density is finite there) or from
@@ -220,8 +242,8 @@ def find_map(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any]
     strategies = (["value"] if init_values else []) + ["median"]
     objective = None
     for strategy in strategies:
-        values = {k: np.asarray(v, dtype=float) for k, v in (init_values or {}).items()} if strategy == "value" else {}
-        z0 = _start_program(model_fn, static, strategy)(jax.random.PRNGKey(seed), values, dyn)
+        z0 = _start_program(model_fn, static, strategy)(jax.random.PRNGKey(seed), _start_values(init_values, strategy),
+                                                        dyn)
         objective = objective or Objective(model_fn, model_kwargs, z0)
         x0 = np.asarray(ravel_pytree(z0)[0], dtype=float)
         (f0,), (g0,) = objective(x0[None])

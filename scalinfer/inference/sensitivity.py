@@ -20,7 +20,7 @@ infinity, and setting it at the largest finite draw makes the number depend on h
 (benchmarks/README.md, "prior_sensitivity.py"). Its values are NaN, its site None and its diagnosis ``"unknown"``.
 
 Likelihood sensitivity is the same with the likelihood raised to the power. One prior *site* at a time
-(`scalinfer.inference.compiled.log_prior`: the fit's ``log_prior`` group holds one variable per latent site)
+(`scalinfer.inference.compiled.log_densities`: the fit's ``log_prior`` group holds one variable per latent site)
 says which prior moves the answer most; all sites together give the overall prior sensitivity.
 
 Predictions are derived quantities: q_i = f(theta_i, target), one per posterior draw and aligned with them, so

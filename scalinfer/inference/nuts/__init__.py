@@ -7,12 +7,14 @@ composing other samplers: `nuts_kernel` (one transition), `window_adaptation` an
 
 from scalinfer.inference.nuts.adaptation import (
     ADAPT, SHRINK_BELOW, DualAveragingState, NutsConfig, NutsParameters, WelfordState, WindowAdaptationState,
-    dual_averaging, regularized_mass_matrix, shrunk_covariance, shrunk_windows, step_size, welford_covariance,
-    window_adaptation)
+    dual_averaging, pooled_moments, regularized_mass_matrix, shrunk_covariance, shrunk_windows, step_size,
+    welford_covariance, window_adaptation)
 from scalinfer.inference.nuts.sampler import (
-    MAX_DELTA_ENERGY, STAT_FIELDS, ChainState, NutsStats, Preconditioner, nuts_kernel, run_nuts)
+    CHAIN_METHODS, MAX_DELTA_ENERGY, STAT_FIELDS, ChainState, NutsStats, Preconditioner, lower_nuts, nuts_kernel,
+    run_nuts)
 
-__all__ = ["run_nuts", "nuts_kernel", "Preconditioner", "ChainState", "NutsStats", "STAT_FIELDS",
-           "MAX_DELTA_ENERGY", "NutsConfig", "NutsParameters", "DualAveragingState", "WelfordState",
-           "WindowAdaptationState", "dual_averaging", "step_size", "welford_covariance", "regularized_mass_matrix",
-           "shrunk_covariance", "shrunk_windows", "window_adaptation", "ADAPT", "SHRINK_BELOW"]
+__all__ = ["run_nuts", "lower_nuts", "CHAIN_METHODS", "nuts_kernel", "Preconditioner", "ChainState", "NutsStats",
+           "STAT_FIELDS", "MAX_DELTA_ENERGY", "NutsConfig", "NutsParameters", "DualAveragingState", "WelfordState",
+           "WindowAdaptationState", "dual_averaging", "step_size", "welford_covariance", "pooled_moments",
+           "regularized_mass_matrix", "shrunk_covariance", "shrunk_windows", "window_adaptation", "ADAPT",
+           "SHRINK_BELOW"]

@@ -211,9 +211,10 @@ def shrunk_covariance(x, mask):
     return sd[:, None] * corr * sd[None, :], n
 
 
-def shrunk_windows(warmup: int, dim: int, dense: bool = True) -> list[tuple[int, int]]:
+def shrunk_windows(warmup: int, dim: int, dense: bool = True, chains: int = 1) -> list[tuple[int, int]]:
     """(start, end) iterations, inclusive, of the slow windows of a `warmup`-iteration schedule whose mass
-    matrix is `shrunk_covariance` of their draws: the dense ones of fewer than `SHRINK_BELOW` * `dim` draws.
+    matrix is `shrunk_covariance` of their draws: the dense ones of fewer than `SHRINK_BELOW` * `dim` draws
+    (`chains` draws an iteration where `window_adaptation` pools the chains).
 
     Why: Stan's regularization of a window's sample covariance S (see `regularized_mass_matrix`) does not
     help when n < d: S is singular, and on coordinates of variance ~1 its null directions get variances
@@ -226,7 +227,7 @@ def shrunk_windows(warmup: int, dim: int, dense: bool = True) -> list[tuple[int,
     if not dense:
         return []
     return [(w.start, w.end) for w in build_adaptation_schedule(warmup)[1:-1]
-            if w.end - w.start + 1 < SHRINK_BELOW * dim]
+            if chains * (w.end - w.start + 1) < SHRINK_BELOW * dim]
 
 
 # ---- the schedule -------------------------------------------------------------------------------------------
@@ -249,7 +250,19 @@ class WindowAdaptationState(NamedTuple):
     draws: jax.Array
 
 
-def window_adaptation(warmup: int, dim: int, adapt: str = "dense", target_accept: float = 0.8):
+def pooled_moments(state: WelfordState, axis_name: str) -> WelfordState:
+    """The Welford moments of the positions of every chain along `axis_name` together (Chan et al.'s 1979
+    merge): n = sum n_c, mean = sum n_c mean_c / n, m2 = sum [m2_c + n_c (mean_c - mean)(mean_c - mean)'].
+    Chains apart from each other add their spread to the covariance."""
+    count = lax.psum(state.count, axis_name)
+    mean = lax.psum(state.count * state.mean, axis_name) / count
+    shift = state.mean - mean
+    spread = jnp.outer(shift, shift) if state.m2.ndim == 2 else shift * shift
+    return WelfordState(mean, lax.psum(state.m2 + state.count * spread, axis_name), count)
+
+
+def window_adaptation(warmup: int, dim: int, adapt: str = "dense", target_accept: float = 0.8,
+                      axis_name: str | None = None, chains: int = 1):
     """(init, update, final) of Stan's windowed adaptation over `warmup` iterations of a `dim`-dimensional
     chain, the mass matrix `adapt` (`ADAPT`).
 
@@ -261,6 +274,16 @@ def window_adaptation(warmup: int, dim: int, adapt: str = "dense", target_accept
     restarts the window's moments and the dual averaging, at mu = log(10 * the current step size).
     ``final(state)`` is the `NutsParameters` after warmup: the dual average's step size and the last mass
     matrix.
+
+    `axis_name`: the functions run once per chain along this named axis (`jax.vmap`'s or a `shard_map`'s) of
+    `chains` chains, which the adaptation pools: each window's covariance is that of every chain's draws in it
+    (`pooled_moments`; the short windows' draws gathered), so a window of n iterations estimates the mass matrix
+    from `chains` n draws, and the final step size is the chains' averaged log step size, so every chain samples
+    with the same kernel. Why: a single chain's window holds too few draws, and too correlated ones, for a dense
+    matrix: on the quickstart's table (d = 90; 500 warmup iterations, whose last window is 200 iterations) each
+    chain's own estimate left 53-77 leapfrog steps per draw, the pooled one 30-31, where NUTS with the
+    covariance of 2,000 posterior draws takes 31 (benchmarks/README.md, "pooled warmup"). Where the chains
+    sit in different modes the pooled covariance spans them: R-hat still compares the chains' draws.
     """
     if adapt not in ADAPT:
         raise ModelError(f"adapt must be one of {ADAPT}, got {adapt!r}")
@@ -269,7 +292,7 @@ def window_adaptation(warmup: int, dim: int, adapt: str = "dense", target_accept
     wf_init, wf_update, wf_final = welford_covariance(dim, dense)
     slow = [(w.start, w.end) for w in build_adaptation_schedule(warmup)[1:-1]]
     ends = np.array([end for _, end in slow], dtype=int)
-    short = shrunk_windows(warmup, dim, dense)
+    short = shrunk_windows(warmup, dim, dense, chains if axis_name else 1)
     rows = short[-1][1] + 1 if short else 0
     short_starts = jnp.asarray([start for start, _ in short], dtype=int)
     short_ends = jnp.asarray([end for _, end in short], dtype=int)
@@ -282,16 +305,22 @@ def window_adaptation(warmup: int, dim: int, adapt: str = "dense", target_accept
                                      jnp.zeros((rows, dim), ftype))
 
     def window_covariance(state: WindowAdaptationState, i):
+        moments = state.moments if axis_name is None else pooled_moments(state.moments, axis_name)
         if not short:
-            return wf_final(state.moments)
+            return wf_final(moments)
 
         def shrunk(_):
             k = jnp.argmax(short_ends == i)
             idx = jnp.arange(rows)
-            cov, n = shrunk_covariance(state.draws, (idx >= short_starts[k]) & (idx <= short_ends[k]))
+            mask = (idx >= short_starts[k]) & (idx <= short_ends[k])
+            draws = state.draws
+            if axis_name is not None:  # every chain's draws of the window
+                draws = lax.all_gather(draws, axis_name).reshape(-1, dim)
+                mask = jnp.tile(mask, draws.shape[0] // rows)
+            cov, n = shrunk_covariance(draws, mask)
             return cov, n.astype(state.moments.count.dtype)
 
-        return lax.cond(jnp.any(short_ends == i), shrunk, lambda _: wf_final(state.moments), None)
+        return lax.cond(jnp.any(short_ends == i), shrunk, lambda _: wf_final(moments), None)
 
     def window_end(i, state: WindowAdaptationState) -> WindowAdaptationState:
         parameters = state.parameters
@@ -313,6 +342,9 @@ def window_adaptation(warmup: int, dim: int, adapt: str = "dense", target_accept
         return lax.cond(jnp.any(i == ends), lambda s: window_end(i, s), lambda s: s, state)
 
     def final(state: WindowAdaptationState) -> NutsParameters:
-        return NutsParameters(da_final(state.step_size), *state.parameters[1:])
+        da = state.step_size
+        if axis_name is not None:  # one kernel for every chain: the chains' dual averages averaged
+            da = da._replace(log_step_size_avg=lax.pmean(da.log_step_size_avg, axis_name))
+        return NutsParameters(da_final(da), *state.parameters[1:])
 
     return init, update, final

@@ -20,8 +20,9 @@ persistent compilation cache never hits across datasets. Here the program is a f
   (deterministic sites included) by a program of their own (`scalinfer.inference.compiled.constrain`, the data
   again an argument);
 - chains are mapped over devices, one chain per device, when JAX has a device per chain: `jax.pmap` with
-  the data broadcast, written as the `jit` of a `shard_map`; else they run one after another through the
-  same compiled single-chain program.
+  the data broadcast, written as the `jit` of a `shard_map`; else they are vectorized (`jax.vmap`) on one
+  device. Either way the chains share a named axis, ``"chain"``, along which warmup pools their draws: one
+  mass matrix and one step size for every chain, estimated from all of them (`window_adaptation`).
 
 The random keys split as NumPyro's ``MCMC.run`` and HMC kernel split them: where the adaptation's estimates
 are NumPyro's (every window but the short dense ones of `adaptation.shrunk_windows`), a chain's draws are
@@ -54,7 +55,8 @@ from scalinfer.inference.compiled import constrain, join_kwargs, program, split_
 from scalinfer.inference.nuts.adaptation import ADAPT, NutsConfig, NutsParameters, window_adaptation
 from scalinfer.inference.optimize import Objective
 
-__all__ = ["run_nuts", "nuts_kernel", "Preconditioner", "ChainState", "NutsStats", "STAT_FIELDS",
+__all__ = ["run_nuts", "lower_nuts", "CHAIN_METHODS", "nuts_kernel", "Preconditioner", "ChainState", "NutsStats",
+           "STAT_FIELDS",
            "MAX_DELTA_ENERGY"]
 
 #: a transition whose energy rises by more than this along the trajectory is divergent (NumPyro's and Stan's)
@@ -79,6 +81,9 @@ class NutsStats(NamedTuple):
     accept_prob: jax.Array
     energy: jax.Array
 
+
+#: how `run_nuts` maps its chains: one per device, or batched on one device
+CHAIN_METHODS = ("parallel", "vectorized")
 
 #: the per-draw statistics `run_nuts` returns
 STAT_FIELDS = NutsStats._fields
@@ -222,7 +227,7 @@ class _Loop(NamedTuple):
     warm_step_size: jax.Array
 
 
-def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig):
+def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: str | None = None, chains: int = 1):
     """One chain, in chunks: ``(rng_key, first, preconditioner, data, loop, start, stop) -> loop``.
 
     The program runs iterations ``start`` to ``stop`` of warmup + sampling, carrying `_Loop` (the draws of w and
@@ -242,7 +247,7 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig):
         _, step = nuts_kernel(potential, max(config.max_tree_depth, config.warmup_tree_depth))
         w0 = first.position
         adapt_init, adapt_update, adapt_final = window_adaptation(warmup, w0.shape[0], config.adapt,
-                                                                  config.target_accept)
+                                                                  config.target_accept, axis_name, chains)
 
         def fresh() -> _Loop:
             # the keys of NumPyro's HMC: one for the model's initialisation (unused here), three at the kernel's
@@ -295,15 +300,25 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig):
 
 @program
 def _nuts_program(model_fn, static, config: NutsConfig, chains: int, parallel: bool):
-    """The compiled program, the shapes of what its loop carries (`_chain_fn`) and where that goes (None: the
-    default device): one chain (`jax.jit`), or `chains` chains on as many devices, the loop split over them
-    as the program returns it (so that the chunks after the first do not compile again). The parallel form is
-    what ``jax.pmap(chain, in_axes=(0, 0, None, None, 0, None, None))`` is in this JAX (a `jit` of a
-    `shard_map` over a mesh of the devices), written out so that the program keeps its name in JAX's compile
-    logs and cache."""
-    fn, loop_shapes = _chain_fn(model_fn, static, config)
+    """The compiled program of all `chains` chains, the shapes of what one chain's loop carries (`_chain_fn`) and
+    where the loop goes (None: the default device). Every argument but the data, the preconditioner and the
+    chunk's bounds has a leading chain axis, named ``"chain"``: the warmup pools the chains' draws along it
+    (`window_adaptation`).
+
+    - `parallel`: one chain per device, the loop split over them as the program returns it (so that the chunks
+      after the first do not compile again): what ``jax.pmap(chain, in_axes=(0, 0, None, None, 0, None,
+      None))`` is in this JAX (a `jit` of a `shard_map` over a mesh of the devices), written out so that the
+      program keeps its name in JAX's compile logs and cache;
+    - else the chains vectorized (`jax.vmap`) on one device: each transition of the batch waits for its longest
+      tree, which with the pooled warmup's one kernel differ little from chain to chain."""
+    fn, loop_shapes = _chain_fn(model_fn, static, config, "chain" if chains > 1 else None, chains)
+    axes = (0, 0, None, None, 0, None, None)
     if not parallel:
-        return jax.jit(fn), loop_shapes, None
+        def scalinfer_nuts_vectorized(keys, first, preconditioner, data, loop, start, stop):
+            return jax.vmap(fn, in_axes=axes, axis_name="chain")(keys, first, preconditioner, data, loop, start,
+                                                                  stop)
+
+        return jax.jit(scalinfer_nuts_vectorized), loop_shapes, None
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     mesh = Mesh(np.array(jax.local_devices()[:chains]), ("chain",))
@@ -316,7 +331,7 @@ def _nuts_program(model_fn, static, config: NutsConfig, chains: int, parallel: b
     def scalinfer_nuts_chains(keys, first, preconditioner, data, loop, start, stop):
         chain, everywhere = PartitionSpec("chain"), PartitionSpec()
         return jax.shard_map(one_chain_per_device, mesh=mesh,
-                             in_specs=(chain, chain, everywhere, everywhere, chain, everywhere, everywhere),
+                             in_specs=tuple(everywhere if a is None else chain for a in axes),
                              out_specs=chain, check_vma=False)(keys, first, preconditioner, data, loop, start, stop)
 
     return jax.jit(scalinfer_nuts_chains), loop_shapes, NamedSharding(mesh, PartitionSpec("chain"))
@@ -359,6 +374,51 @@ def _run_chunks(run, args, loop, warmup: int, samples: int, chunks, bar, divergi
     return loop
 
 
+def _program_and_arguments(model_fn: Callable, model_kwargs: dict[str, Any], first: ChainStart,
+                           preconditioner: Preconditioner, config: NutsConfig, chains: int, chain_method: str,
+                           seed: int):
+    """The compiled program `run_nuts` calls (`_nuts_program`) and what it is called with besides the chains'
+    starts and the preconditioner: (program, the chains' keys, the data, the loop's first carry). One function
+    for `run_nuts` and `lower_nuts`, so that the program lowered ahead is the one run."""
+    data, static = split_kwargs(model_kwargs)
+    key = jax.random.PRNGKey(seed)
+    keys = jax.random.split(key, chains) if chains > 1 else key[None]  # as numpyro.infer.MCMC.run
+    if chain_method not in CHAIN_METHODS:
+        raise ModelError(f"chain_method must be one of {CHAIN_METHODS}, got {chain_method!r}")
+    parallel = chain_method == "parallel" and chains > 1
+    run, loop_shapes, loop_sharding = _nuts_program(model_fn, static, config, int(chains), parallel)
+    shapes = loop_shapes(jax.ShapeDtypeStruct(keys.shape[1:], keys.dtype), jax.tree.map(lambda x: x[0], first),
+                         preconditioner, data)
+    loop = jax.tree.map(lambda s: np.zeros((chains,) + s.shape, s.dtype), shapes)
+    if loop_sharding is not None:  # as the program returns it (an empty array, which XLA leaves unsplit, whole)
+        loop = jax.tree.map(lambda x: jax.device_put(x, loop_sharding if x.size else loop_sharding.update(
+            spec=jax.sharding.PartitionSpec())), loop)
+    return run, keys, data, loop
+
+
+def lower_nuts(model_fn: Callable, model_kwargs: dict[str, Any], like: dict[str, Any], *, chains: int,
+               warmup: int, samples: int, adapt: str = "dense", target_accept: float = 0.8, max_tree_depth: int = 10,
+               warmup_tree_depth: int | None = None, chain_method: str = "parallel",
+               potential_dtype: str | None = None) -> jax.stages.Lowered:
+    """The program `run_nuts` runs with these settings, traced and lowered but not compiled, for unconstrained
+    sites shaped as `like` (name -> array of one chain; only the shapes matter: neither the chains' starts nor the
+    preconditioner's values enter the program).
+
+    ``.compile()`` of the result releases the GIL while XLA compiles (seconds on CPU), so a caller can compile the
+    program in a thread while it finds the chains' starts, as `scalinfer.fit` does while it searches for the
+    posterior mode; `run_nuts` then finds it compiled, since JAX keys its cache of executables by the program and
+    the shapes of its arguments. Tracing stays in the caller's thread: NumPyro's effect handlers live on one
+    process-wide stack."""
+    config = NutsConfig(int(warmup), int(samples), adapt, float(target_accept), int(max_tree_depth),
+                        int(max_tree_depth if warmup_tree_depth is None else warmup_tree_depth), potential_dtype)
+    preconditioner = Preconditioner.around({k: np.zeros(v.shape) for k, v in like.items()})
+    d = preconditioner.dim
+    first = ChainStart(np.zeros((chains, d)), np.zeros(chains), np.zeros((chains, d)))
+    run, keys, data, loop = _program_and_arguments(model_fn, model_kwargs, first, preconditioner, config, chains,
+                                                   chain_method, 0)
+    return run.lower(keys, first, preconditioner, data, loop, 0, 0)
+
+
 def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict[str, Any], *, chains: int,
              warmup: int, samples: int, seed: int = 0, adapt: str = "dense", target_accept: float = 0.8,
              max_tree_depth: int = 10, warmup_tree_depth: int | None = None, chain_method: str = "parallel",
@@ -379,8 +439,10 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     adapt : mass-matrix adaptation during warmup (`ADAPT`): ``"dense"``, ``"diag"`` or ``"none"`` (identity
         on w; the step size is always adapted).
     max_tree_depth, warmup_tree_depth : NUTS's tree depth caps after and during warmup (default: the same).
-    chain_method : ``"parallel"`` (one device per chain) or ``"sequential"`` (the chains one after another
-        through one compiled single-chain program); see `runtime.chain_method_for`.
+    chain_method : ``"parallel"`` (one device per chain) or ``"vectorized"`` (the chains batched in one program
+        on one device), one of `CHAIN_METHODS`; see `runtime.chain_method_for`. The two run the same per-chain
+        program and draw from the same distribution, but not the same draws: the batched program rounds
+        differently, and NUTS's trajectories amplify a difference in the last bit.
     potential_dtype : evaluate the potential and its gradient in this float type (e.g. ``"float32"``: the
         data are cast once, the position at each evaluation); the integrator, the adaptation and the
         constrained draws keep the data's type. None: the data's type.
@@ -421,28 +483,18 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     first = _chain_starts(model_fn, model_kwargs, like, preconditioner, init_w)
     config = NutsConfig(int(warmup), int(samples), adapt, float(target_accept), int(max_tree_depth),
                         int(max_tree_depth if warmup_tree_depth is None else warmup_tree_depth), potential_dtype)
-    data, static = split_kwargs(model_kwargs)
-    key = jax.random.PRNGKey(seed)
-    keys = jax.random.split(key, chains) if chains > 1 else key[None]  # as numpyro.infer.MCMC.run
-    parallel = chain_method == "parallel" and chains > 1
-    run, loop_shapes, loop_sharding = _nuts_program(model_fn, static, config, int(chains), parallel)
-    shapes = loop_shapes(jax.ShapeDtypeStruct(keys.shape[1:], keys.dtype), jax.tree.map(lambda x: x[0], first),
-                         preconditioner, data)
-    loop = jax.tree.map(lambda s: np.zeros(((chains,) if parallel else ()) + s.shape, s.dtype), shapes)
-    if loop_sharding is not None:  # as the program returns it (an empty array, which XLA leaves unsplit, whole)
-        loop = jax.tree.map(lambda x: jax.device_put(x, loop_sharding if x.size else loop_sharding.update(
-            spec=jax.sharding.PartitionSpec())), loop)
+    run, keys, data, loop = _program_and_arguments(model_fn, model_kwargs, first, preconditioner, config, chains,
+                                                   chain_method, seed)
     show = sys.stderr is not None and sys.stderr.isatty() if progress is None else bool(progress)
     per_block = int(warmup) + int(samples)
     unraveled = tree_unraveler({k: np.zeros(shape) for k, shape in preconditioner.sites})
     blocks: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []  # per block: (draws, stats)
 
-    def keep(outs) -> None:
+    def keep(loop: _Loop) -> None:
         """The block's draws of w in the model's constrained space, deterministic sites included, and its stats:
         a program of its own, which compiles in a fraction of what the same code added to the NUTS program
         (benchmarks/README.md, "quickstart"); every block has the same shapes, so it compiles once."""
-        host = jax.device_get(outs)
-        loop = host[0] if parallel else jax.tree.map(lambda *xs: np.stack(xs), *host)
+        loop = jax.device_get(loop)
         z = unraveled(np.asarray(preconditioner.mean) + np.asarray(preconditioner.scale) * np.asarray(loop.draws))
         blocks.append((constrain(model_fn, z, model_kwargs, batch_ndims=2),
                        {k: np.asarray(v) for k, v in loop.stats._asdict().items()}))
@@ -457,30 +509,18 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         stats = {k: np.concatenate([b[1][k] for b in blocks], axis=1) for k in STAT_FIELDS}
         return draws, {**stats, **{k: v for k, v in blocks[0][1].items() if k not in STAT_FIELDS}}
 
-    def run_block(outs, block: int, bar):
-        chunks = _chunks(int(warmup), int(samples), show, block)
-        before = sum(int(b[1]["diverging"].sum()) for b in blocks)
-        if parallel:
-            return [_run_chunks(run, (keys, first, preconditioner, data), outs[0], warmup, samples, chunks, bar,
-                                before)]
-        new = []
-        for c in range(chains):
-            bar.set_description_str(f"NUTS, chain {c + 1} of {chains}: {'starting' if block == 0 else 'sampling'}",
-                                    refresh=c > 0)
-            new.append(_run_chunks(run, (keys[c], jax.tree.map(lambda x: x[c], first), preconditioner, data),
-                                   outs[c], warmup, samples, chunks, bar, before))
-            before += int(np.asarray(new[-1].stats.diverging).sum()) if not bar.disable else 0
-        return new
-
-    with tqdm(total=per_block * (1 if parallel else chains), file=sys.stderr, disable=not show, unit="it",
-              dynamic_ncols=True, desc=f"NUTS, {chains} chains: starting", leave=True) as bar:
-        outs = run_block([loop] * (1 if parallel else chains), 0, bar)
-        keep(outs)
+    with tqdm(total=per_block, file=sys.stderr, disable=not show, unit="it", dynamic_ncols=True,
+              desc=f"NUTS, {chains} chains: starting", leave=True) as bar:
+        args = (keys, first, preconditioner, data)
+        loop = _run_chunks(run, args, loop, warmup, samples, _chunks(int(warmup), int(samples), show), bar)
+        keep(loop)
         drawn = int(samples)
         while enough is not None and drawn + samples <= max_samples and not enough(*joined()):
-            bar.total += int(samples) * (1 if parallel else chains)
+            bar.total += int(samples)
             bar.refresh()
-            outs = run_block(outs, drawn // int(samples), bar)
-            keep(outs)
+            before = sum(int(b[1]["diverging"].sum()) for b in blocks)
+            loop = _run_chunks(run, args, loop, warmup, samples,
+                               _chunks(int(warmup), int(samples), show, drawn // int(samples)), bar, before)
+            keep(loop)
             drawn += int(samples)
     return joined()
