@@ -25,9 +25,10 @@ persistent compilation cache never hits across datasets. Here the program is a f
   mass matrix and one step size for every chain, estimated from all of them (`window_adaptation`).
 
 The random keys split as NumPyro's ``MCMC.run`` and HMC kernel split them: where the adaptation's estimates
-are NumPyro's (every window but the short dense ones of `adaptation.shrunk_windows`), a chain's draws are
-those of NumPyro's NUTS on the same coordinates, number for number up to the rounding of the start's potential
-(evaluated in the data's float type, and batched).
+are NumPyro's (one chain, and every window but the short dense ones of `adaptation.shrunk_windows`), its draws
+are those of NumPyro's NUTS on the same coordinates, number for number up to the rounding of the start's
+potential (evaluated in the data's float type, and batched). With more chains the pooled warmup is not
+NumPyro's, which adapts each chain alone.
 
 The potential can run in float32 while the integrator, the adaptation and the constrained draws stay in the
 data's type (`NutsConfig.potential_dtype`). Warmup builds its trees under a lower depth cap than sampling
