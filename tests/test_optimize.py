@@ -102,3 +102,38 @@ def test_a_held_site_gives_the_mode_given_it_where_the_joint_has_none():
     np.testing.assert_allclose(held.params["mu"], y / (1 + 0.5 ** 2), rtol=1e-8)
     with pytest.raises(ModelError, match="cannot hold tau"):
         find_map(one_run_per_group, {"y": y}, {"sigma": 0.5}, hold=("tau",))
+
+
+class _RoundedQuadratic:
+    """U(x) = x' A x / 2 + 1e4 with A = diag(`curvatures`), whose gradient carries an error of `floor` in every
+    component (alternating in sign from call to call), as the gradient of a sum over many runs carries its
+    rounding: below `floor` it cannot go. The `Objective` interface `_newton` uses."""
+
+    rows = 8
+
+    def __init__(self, curvatures, floor):
+        self.a, self.floor, self.calls = np.asarray(curvatures, float), floor, 0
+
+    def __call__(self, flat):
+        flat = np.atleast_2d(flat)
+        self.calls += 1
+        noise = self.floor * (-1.0) ** self.calls
+        return 0.5 * (flat**2 * self.a).sum(1) + 1e4, flat * self.a + noise
+
+    def hessian(self, x, g=None):
+        return np.diag(self.a)
+
+
+def test_newton_stops_at_the_rounding_of_the_gradient_but_not_before_it_has_converged():
+    from scalinfer.inference.optimize import CONVERGED_GRAD, _newton
+
+    # the gradient stalls at 3e-6 > gtol 1e-6 (Step Law's 1,911 runs stall at 3.6e-6): the decrement, ~1e-11
+    # against 1e-14 |U| = 1e-10, stops the search in a few iterations, not at max_iter
+    obj = _RoundedQuadratic([1.0, 4.0], floor=3e-6)
+    x, fx, gmax = _newton(obj, np.array([3.0, -2.0]), gtol=1e-6, max_iter=200)
+    assert gmax < CONVERGED_GRAD and obj.calls < 20
+    # a stiff direction: at |g| 3e-3 along curvature 1e6 the step expects a fall of only 4.5e-12, under the
+    # decrement's line, yet the search is not done until |g| < CONVERGED_GRAD: it takes that step
+    stiff = _RoundedQuadratic([1e6, 1.0], floor=0.0)
+    x, fx, gmax = _newton(stiff, np.array([3e-9, 0.0]), gtol=1e-6, max_iter=200)
+    assert gmax < 1e-6

@@ -12,10 +12,11 @@ Everything here runs on one compiled program per model and data shapes, `_batch_
   eigenvalues by their absolute values (a saddle is left, not approached: the joint density of a
   hierarchical model has saddles), and evaluates the step at every length 1, 1/2, 1/4, ... in one batch,
   keeping the longest that meets Armijo's condition. It stops when the largest gradient component is below
-  `gtol`, or when the Newton decrement g' |H|^-1 g / 2 (what the step expects to gain) is below
-  `DECREMENT_TOL` relative to the potential: there the sum over the runs has reached its rounding, and on a
-  large table the gradient does not get below `gtol` (Step Law's 1,911 runs: |g| stalls at 3.6e-6 with a
-  decrement of 1e-15 after 26 iterations, where the search used to take its 200).
+  `gtol`, or, once it is below `CONVERGED_GRAD`, when the Newton decrement g' |H|^-1 g / 2 (what the step
+  expects to gain) is below `DECREMENT_TOL` relative to the potential: there the sum over the runs has reached
+  its rounding, and on a large table the gradient does not get below `gtol` (Step Law's 1,911 runs: |g|
+  stalls at 3.6e-6 with a decrement of 1e-15 after 26 iterations, where the search used to take its 200). The
+  decrement alone is not enough: along a stiff direction a gradient of 3e-3 can expect a fall of 2e-11.
 - **Why not L-BFGS.** The posterior's curvatures span many orders of magnitude (1e-1 to 1e8 on Step Law),
   beyond what a few memory pairs capture: L-BFGS stopped far from the mode where Newton converges, and its
   programs cost more to compile than the batched gradient (figures in benchmarks/README.md).
@@ -49,8 +50,10 @@ __all__ = ["PointFit", "find_map", "unconstrained_like", "laplace_draws", "lapla
 #: the batch's intermediates small
 MAX_BATCH = 128
 MAX_BATCH_ELEMENTS = 2**23
-#: Newton stops when its decrement, the potential's expected fall g' |H|^-1 g / 2, is below this times
-#: max(1, |potential|): ~100 float64 roundings of the potential's sum (eps 2.2e-16)
+#: the mode search has converged when the largest gradient component is below this (`PointFit.converged`)
+CONVERGED_GRAD = 1e-3
+#: once converged, Newton stops when its decrement, the potential's expected fall g' |H|^-1 g / 2, is below this
+#: times max(1, |potential|): ~100 float64 roundings of the potential's sum (eps 2.2e-16)
 DECREMENT_TOL = 1e-14
 
 
@@ -139,7 +142,7 @@ class PointFit:
     z : unconstrained parameters at the mode (a dict of arrays, as NUTS takes them in ``init_params``).
     params : constrained values at the mode (sampled sites and deterministics).
     potential : negative log joint density at the mode.
-    converged : whether the largest gradient component fell below 1e-3 (of the sites not held).
+    converged : whether the largest gradient component fell below `CONVERGED_GRAD` (of the sites not held).
     held : sites held at their start values (`find_map`'s `hold`): then `z` is the mode given them.
     objective : the potential and its gradient in flat unconstrained coordinates (`Objective`).
     """
@@ -208,8 +211,8 @@ def _newton(objective: Objective, x: np.ndarray, gtol: float, max_iter: int, fre
         step = np.zeros_like(x)
         step[free] = -(V @ ((V.T @ g[free]) / lam))
         slope = float(g @ step)  # < 0: |eigenvalues| make the step a descent direction
-        if -0.5 * slope <= DECREMENT_TOL * max(1.0, abs(fx)):  # at the mode, to the potential's rounding
-            break
+        if np.max(np.abs(g[free])) < CONVERGED_GRAD and -0.5 * slope <= DECREMENT_TOL * max(1.0, abs(fx)):
+            break  # at the mode, to the potential's rounding
         for first in range(0, 60, objective.rows):  # step lengths 1, 1/2, ..., 2^-59, a batch at a time
             t = 0.5 ** np.arange(first, first + objective.rows)
             ft, gt = objective(x[None] + t[:, None] * step[None])
@@ -243,7 +246,7 @@ def unconstrained_like(model_fn, model_kwargs: dict[str, Any], init_values: dict
 def find_map(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any] | None = None,
              seed: int = 0, max_iter: int = 200, gtol: float = 1e-6, hold: tuple[str, ...] = ()) -> PointFit:
     """Minimize the potential starting from `init_values` (if given and the density is finite there) or from
-    the prior median. ``converged`` means the largest gradient component fell below 1e-3.
+    the prior median. ``converged`` means the largest gradient component fell below `CONVERGED_GRAD`.
 
     `hold`: sites kept at their start (`init_values`, else the prior median) while the others move: the mode of
     the density given them, for a joint density with no maximum (`scalinfer.models.base.Model.mode_held`)."""
@@ -268,8 +271,8 @@ def find_map(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any]
             raise ModelError(f"cannot hold {', '.join(missing)} in the mode search: not a sampled site")
         free = ~np.asarray(ravel_pytree({k: jnp.full(jnp.shape(v), k in hold) for k, v in objective.z_like.items()})[0])
     x, fun, gmax = _newton(objective, x0, gtol, max_iter, free)
-    return PointFit(z=objective.unravel(x), potential=fun, converged=bool(gmax < 1e-3), objective=objective,
-                    held=tuple(hold))
+    return PointFit(z=objective.unravel(x), potential=fun, converged=bool(gmax < CONVERGED_GRAD),
+                    objective=objective, held=tuple(hold))
 
 
 def laplace_draws(point: PointFit, n_draws: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray]:
