@@ -210,16 +210,16 @@ def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_sett
     before the mode is known: their shapes are (`unconstrained_like`). Returns their compilations' futures.
 
     The models are traced here, one program after the other: NumPyro's effect handlers live on one
-    process-wide stack, so two threads must not trace at once. XLA compiles with the GIL released, so the mode
-    search's program compiles while NUTS's is traced, and NUTS's while the mode is searched for."""
+    process-wide stack, so two threads must not trace at once. XLA compiles with the GIL released, so NUTS's
+    program compiles while the mode search's is traced, compiled and run."""
     from scalinfer.inference.nuts import lower_nuts
     from scalinfer.inference.optimize import Objective, unconstrained_like
 
     like = {k: np.zeros(v.shape, v.dtype) for k, v in unconstrained_like(m.model, kwargs, start, seed).items()}
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="scalinfer-compile")
-    try:
-        mode = pool.submit(Objective(m.model, kwargs, like).lower().compile)
+    try:  # NUTS's first: its program takes the longest to compile
         nuts = pool.submit(lower_nuts(m.model, kwargs, like, **nuts_settings).compile) if nuts_settings else None
+        mode = pool.submit(Objective(m.model, kwargs, like).lower().compile)
         return mode, nuts
     finally:
         pool.shutdown(wait=False)  # the threads end with the compilations
