@@ -14,9 +14,9 @@ Everything here runs on one compiled program per model and data shapes, `_batch_
   keeping the longest that meets Armijo's condition. It stops when the largest gradient component is below
   `gtol`, or, once it is below `CONVERGED_GRAD`, when the Newton decrement g' |H|^-1 g / 2 (what the step
   expects to gain) is below `DECREMENT_TOL` relative to the potential: there the sum over the runs has reached
-  its rounding, and on a large table the gradient does not get below `gtol` (Step Law's 1,911 runs: |g|
-  stalls at 3.6e-6 with a decrement of 1e-15 after 26 iterations, where the search used to take its 200). The
-  decrement alone is not enough: along a stiff direction a gradient of 3e-3 can expect a fall of 2e-11.
+  its rounding, and on a large table the gradient does not get below `gtol` (on Step Law's 1,911 runs it
+  stalls a few times above it). The decrement alone is not enough: along a stiff direction a gradient above
+  `CONVERGED_GRAD` can expect a fall below the rounding.
 - **Why not L-BFGS.** The posterior's curvatures span many orders of magnitude (1e-1 to 1e8 on Step Law),
   beyond what a few memory pairs capture: L-BFGS stopped far from the mode where Newton converges, and its
   programs cost more to compile than the batched gradient (figures in benchmarks/README.md).
@@ -100,7 +100,7 @@ class Objective:
 
     def lower(self) -> jax.stages.Lowered:
         """The program a call evaluates, traced and lowered but not compiled: ``.compile()`` it in a thread while
-        this one does other work (`scalinfer.fit` traces NUTS's program meanwhile); a later call finds it
+        this one does other work (`scalinfer.fit` compiles it beside NUTS's program); a later call finds it
         compiled, as JAX keys its cache of executables by the program and its arguments' shapes."""
         return self._program.lower(np.zeros((self.rows, self.dim)), self.z_like, self.dyn)
 

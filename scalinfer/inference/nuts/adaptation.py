@@ -280,10 +280,10 @@ def window_adaptation(warmup: int, dim: int, adapt: str = "dense", target_accept
     (`pooled_moments`; the short windows' draws gathered), so a window of n iterations estimates the mass matrix
     from `chains` n draws, and the final step size is the chains' averaged log step size, so every chain samples
     with the same kernel. Why: a single chain's window holds too few draws, and too correlated ones, for a dense
-    matrix: on the quickstart's table (d = 90; 500 warmup iterations, whose last window is 200 iterations) each
-    chain's own estimate left 53-77 leapfrog steps per draw, the pooled one 30-31, where NUTS with the
-    covariance of 2,000 posterior draws takes 31 (benchmarks/README.md, "pooled warmup"). Where the chains
-    sit in different modes the pooled covariance spans them: R-hat still compares the chains' draws.
+    matrix of the surface's ~90 coordinates (the last window of a 500-iteration warmup is 200 iterations); pooled,
+    the steps per draw come near those of NUTS with the posterior's own covariance (benchmarks/README.md,
+    "warmup.py"). Where the chains sit in different modes the pooled covariance spans them: R-hat still compares
+    the chains' draws.
     """
     if adapt not in ADAPT:
         raise ModelError(f"adapt must be one of {ADAPT}, got {adapt!r}")
