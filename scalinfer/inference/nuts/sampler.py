@@ -375,6 +375,13 @@ def _run_chunks(run, args, loop, warmup: int, samples: int, chunks, bar, divergi
     return loop
 
 
+def _config(warmup, samples, adapt, target_accept, max_tree_depth, warmup_tree_depth, potential_dtype) -> NutsConfig:
+    """`run_nuts`'s and `lower_nuts`'s settings as the program's `NutsConfig` (warmup's depth cap defaults to
+    sampling's)."""
+    return NutsConfig(int(warmup), int(samples), adapt, float(target_accept), int(max_tree_depth),
+                      int(max_tree_depth if warmup_tree_depth is None else warmup_tree_depth), potential_dtype)
+
+
 def _program_and_arguments(model_fn: Callable, model_kwargs: dict[str, Any], first: ChainStart,
                            preconditioner: Preconditioner, config: NutsConfig, chains: int, chain_method: str,
                            seed: int):
@@ -410,8 +417,7 @@ def lower_nuts(model_fn: Callable, model_kwargs: dict[str, Any], like: dict[str,
     posterior mode; `run_nuts` then finds it compiled, since JAX keys its cache of executables by the program and
     the shapes of its arguments. Tracing stays in the caller's thread: NumPyro's effect handlers live on one
     process-wide stack."""
-    config = NutsConfig(int(warmup), int(samples), adapt, float(target_accept), int(max_tree_depth),
-                        int(max_tree_depth if warmup_tree_depth is None else warmup_tree_depth), potential_dtype)
+    config = _config(warmup, samples, adapt, target_accept, max_tree_depth, warmup_tree_depth, potential_dtype)
     preconditioner = Preconditioner.around({k: np.zeros(v.shape) for k, v in like.items()})
     d = preconditioner.dim
     first = ChainStart(np.zeros((chains, d)), np.zeros(chains), np.zeros((chains, d)))
@@ -482,8 +488,7 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         raise ModelError(f"the preconditioner's sites {preconditioner.sites} are not init_params' {expected}")
     init_w = np.stack([preconditioner.to_w({k: v[c] for k, v in init.items()}) for c in range(chains)])
     first = _chain_starts(model_fn, model_kwargs, like, preconditioner, init_w)
-    config = NutsConfig(int(warmup), int(samples), adapt, float(target_accept), int(max_tree_depth),
-                        int(max_tree_depth if warmup_tree_depth is None else warmup_tree_depth), potential_dtype)
+    config = _config(warmup, samples, adapt, target_accept, max_tree_depth, warmup_tree_depth, potential_dtype)
     run, keys, data, loop = _program_and_arguments(model_fn, model_kwargs, first, preconditioner, config, chains,
                                                    chain_method, seed)
     show = sys.stderr is not None and sys.stderr.isatty() if progress is None else bool(progress)
