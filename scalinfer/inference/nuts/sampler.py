@@ -185,6 +185,16 @@ class Preconditioner:
         return (flat - np.asarray(self.mean)) / np.asarray(self.scale)
 
 
+def _chain_keys(seed: int, chains: int) -> np.ndarray:
+    """(chains, 2) the chains' first keys, split from `seed` as NumPyro's ``MCMC.run`` and HMC kernel split them: one
+    key per chain; of it, one for the model's initialisation (unused here) and three at the kernel's
+    initialisation, of which the first is the chain's. Split before the program (by JAX's small programs, compiled
+    in milliseconds): inside it the two splits cost ~60 compiled kernels, for work done once."""
+    key = jax.random.PRNGKey(seed)
+    keys = jax.random.split(key, chains) if chains > 1 else key[None]  # as numpyro.infer.MCMC.run
+    return np.stack([np.asarray(jax.random.split(jax.random.split(k)[0], 3)[0]) for k in keys])
+
+
 def _cast(tree, dtype):
     """Floating-point leaves of `tree` as `dtype` (None: unchanged)."""
     if dtype is None:
@@ -240,7 +250,7 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: 
     warmup, samples = config.warmup, config.samples
 
     def parts(rng_key, first: ChainStart, preconditioner: Preconditioner, data):
-        kwargs = join_kwargs(_cast(data, dtype), static)  # the potential's data in its precision, cast once
+        kwargs = join_kwargs(data, static)  # the data come in the potential's precision (`_program_and_arguments`)
 
         def potential(w):
             return potential_energy(model_fn, (), kwargs, _cast(preconditioner.to_z(w), dtype))
@@ -251,12 +261,11 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: 
                                                                   config.target_accept, axis_name, chains)
 
         def fresh() -> _Loop:
-            # the keys of NumPyro's HMC: one for the model's initialisation (unused here), three at the kernel's
-            # initialisation, of which the first is the chain's; the start's potential and gradient in the
-            # types the transitions carry them in
+            # the chain's key (`_chain_keys`); the start's potential and gradient in the types the transitions carry
+            # them in
             pe_type = jax.eval_shape(potential, w0).dtype
             chain = ChainState(w0, first.potential_energy.astype(pe_type), first.potential_grad.astype(w0.dtype),
-                               jax.random.split(jax.random.split(rng_key)[0], 3)[0])
+                               rng_key)
             adaptation = adapt_init()
             ftype, itype = jnp.result_type(float), jnp.result_type(int)
             draws = jnp.zeros((samples,) + w0.shape, w0.dtype)
@@ -389,8 +398,12 @@ def _program_and_arguments(model_fn: Callable, model_kwargs: dict[str, Any], fir
     starts and the preconditioner: (program, the chains' keys, the data, the loop's first carry). One function
     for `run_nuts` and `lower_nuts`, so that the program lowered ahead is the one run."""
     data, static = split_kwargs(model_kwargs)
-    key = jax.random.PRNGKey(seed)
-    keys = jax.random.split(key, chains) if chains > 1 else key[None]  # as numpyro.infer.MCMC.run
+    # the potential's data in its float type, cast here: cast in the program, they cost it a kernel each
+    if config.potential_dtype is not None:
+        dtype = np.dtype(config.potential_dtype)
+        data = jax.tree.map(lambda x: np.asarray(x, dtype) if np.issubdtype(np.result_type(x), np.floating) else x,
+                            data)
+    keys = _chain_keys(seed, chains)
     if chain_method not in CHAIN_METHODS:
         raise ModelError(f"chain_method must be one of {CHAIN_METHODS}, got {chain_method!r}")
     parallel = chain_method == "parallel" and chains > 1

@@ -286,12 +286,18 @@ def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, 
         if "eps_b" not in left_out_setting:
             p["eps_b"] = numpyro.sample("eps_b", Normal(0.0, 1.0))
         p["ell"] = numpyro.sample("ell", Normal(loss_law, tau_loss))
-    mu, excess = surface_terms(p, n_s, d_s, s_obs, x_obs, z_obs, size_s)
+    censored = x_cens is not None and x_cens.shape[0] > 0
+    if censored:  # the surface at both kinds of run in one pass: one copy of its code in a compiled program, not two
+        n_obs = x_obs.shape[0]
+        mu, excess = surface_terms(p, n_s, d_s, *(jnp.concatenate([a, b]) for a, b in (
+            (s_obs, s_cens), (x_obs, x_cens), (z_obs, z_cens))), size_s)
+        mu, excess, mu_c, excess_c = mu[..., :n_obs], excess[..., :n_obs], mu[..., n_obs:], excess[..., n_obs:]
+    else:
+        mu, excess = surface_terms(p, n_s, d_s, s_obs, x_obs, z_obs, size_s)
     noise = StudentT(nu, mu, sigma0 + sigma1 * excess)
     with numpyro.plate("run", x_obs.shape[0]):
         numpyro.sample("obs", noise if obs_mask is None else noise.mask(obs_mask), obs=log_loss)
-    if x_cens is not None and x_cens.shape[0] > 0:
-        mu_c, excess_c = surface_terms(p, n_s, d_s, s_cens, x_cens, z_cens, size_s)
+    if censored:
         exceeds = Exceeds((mu_c - log_level) / (sigma0 + sigma1 * excess_c))
         with numpyro.plate("diverged_run", x_cens.shape[0]):
             numpyro.sample("obs_censored", exceeds if cens_mask is None else exceeds.mask(cens_mask),
