@@ -180,6 +180,11 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     _log(f"{m.name}: NUTS, {chains} chains x ({warmup} warmup + {samples} draws)", quiet)
     t1 = time.perf_counter()
     extra["target_accept"] = target_accept
+    # ArviZ (the draws' diagnostics and their DataTree) imported while NUTS's program may still compile: a second
+    # of Python that would otherwise follow the draws
+    import arviz_base  # noqa: F401
+    import arviz_stats  # noqa: F401
+
     nuts_compiled.result()  # compiled while the mode was searched for (or the error compiling it)
 
     rhat_before = [float("inf")]  # the worst R-hat of the draws one block ago

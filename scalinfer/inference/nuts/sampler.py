@@ -185,14 +185,14 @@ class Preconditioner:
         return (flat - np.asarray(self.mean)) / np.asarray(self.scale)
 
 
-def _chain_keys(seed: int, chains: int) -> np.ndarray:
-    """(chains, 2) the chains' first keys, split from `seed` as NumPyro's ``MCMC.run`` and HMC kernel split them: one
-    key per chain; of it, one for the model's initialisation (unused here) and three at the kernel's
-    initialisation, of which the first is the chain's. Split before the program (by JAX's small programs, compiled
-    in milliseconds): inside it the two splits cost ~60 compiled kernels, for work done once."""
-    key = jax.random.PRNGKey(seed)
+@functools.partial(jax.jit, static_argnums=1)
+def _chain_keys(key, chains: int):
+    """(chains, 2) the chains' first keys, split from `key` (``jax.random.PRNGKey(seed)``) as NumPyro's
+    ``MCMC.run`` and HMC kernel split them: one key per chain; of it, one for the model's initialisation (unused
+    here) and three at the kernel's initialisation, of which the first is the chain's. A small program of its own
+    (one compilation, ~0.1 s): inside NUTS's program the splits cost ~60 compiled kernels, for work done once."""
     keys = jax.random.split(key, chains) if chains > 1 else key[None]  # as numpyro.infer.MCMC.run
-    return np.stack([np.asarray(jax.random.split(jax.random.split(k)[0], 3)[0]) for k in keys])
+    return jax.vmap(lambda k: jax.random.split(jax.random.split(k)[0], 3)[0])(keys)
 
 
 def _cast(tree, dtype):
@@ -403,7 +403,7 @@ def _program_and_arguments(model_fn: Callable, model_kwargs: dict[str, Any], fir
         dtype = np.dtype(config.potential_dtype)
         data = jax.tree.map(lambda x: np.asarray(x, dtype) if np.issubdtype(np.result_type(x), np.floating) else x,
                             data)
-    keys = _chain_keys(seed, chains)
+    keys = _chain_keys(jax.random.PRNGKey(seed), int(chains))
     if chain_method not in CHAIN_METHODS:
         raise ModelError(f"chain_method must be one of {CHAIN_METHODS}, got {chain_method!r}")
     parallel = chain_method == "parallel" and chains > 1
