@@ -315,7 +315,8 @@ elif mode == "blackjax":
     flat = laplace_flat(point, chains, seed=seed + 1)
     from jax.flatten_util import ravel_pytree
     _, unravel = ravel_pytree(point.z)
-    mean, scale = _preconditioner(point)
+    pc = _preconditioner(point)
+    mean, scale = np.asarray(pc.mean), np.asarray(pc.scale)
     w_init = (np.asarray(_finite_starts(point, flat)) - mean) / scale
     affine = lambda w: unravel(mean + scale * w)  # noqa: E731
     logdensity = lambda w: -potential_energy(MODEL.model, (), kw, affine(w))  # noqa: E731

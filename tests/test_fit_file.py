@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -103,3 +105,20 @@ def test_a_reopened_fit_is_the_file_as_it_was_read(small_fit, tmp_path):
     path.write_bytes(b"overwritten")
     np.testing.assert_array_equal(again.predict(N=1e10, D=1e11)["loss"], small_fit.predict(N=1e10, D=1e11)["loss"])
     assert again.tree["posterior"].sizes == small_fit.tree["posterior"].sizes
+
+
+def test_the_summary_is_computed_once_per_fit_and_each_caller_gets_its_own_copy(monkeypatch):
+    # R-hat and ESS of every scalar cost ~0.2 s on the surface; predict reads the summary for the fit's warnings,
+    # so a notebook asking many targets would pay it each time. A fit's draws do not change: computed once
+    fit_module = sys.modules["scalinfer.inference.fit"]  # the module, not the function `scalinfer.inference.fit`
+    calls = []
+    real = fit_module._rhat_ess
+    monkeypatch.setattr(fit_module, "_rhat_ess", lambda arrays: calls.append(1) or real(arrays))
+    f = scalinfer.fit(scalinfer.simulate("chinchilla", seed=5), model="chinchilla", method="laplace", seed=5)
+    first = f.summary()
+    first["alpha"]["q50"] = -1.0  # a caller's change stays in its copy
+    f.predict(N=1e10, D=1e11)
+    f.predict(N=2e10, D=1e11)
+    again = f.summary()
+    assert len(calls) == 1 and again["alpha"]["q50"] != -1.0
+    assert np.isfinite(again["alpha"]["r_hat"])
