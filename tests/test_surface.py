@@ -217,6 +217,13 @@ def test_size_levels_are_the_law_plus_scatter(M):
                                rtol=1e-10)
     C = np.asarray(jax.jacfwd(lambda e: law_given_levels(A, e, n, s0, sN, tau))(jnp.zeros(2)))
     np.testing.assert_allclose(C @ C.T, tau ** 2 * np.linalg.inv(G), rtol=1e-10, atol=1e-14)
+    # the model evaluates both for its laws at once (a leading axis of laws): each row must be that law's alone
+    s0s, sNs, taus = np.array([1.5, 0.4, 0.2]), np.array([0.7, 1.1, 0.3]), np.array([0.05, 0.2, 0.01])
+    As, stds = np.random.default_rng(M + 1).normal(size=(2, 3, M)), np.random.default_rng(M + 2).normal(size=(3, 2))
+    Ls, laws = size_line_scale(R, s0s, sNs, taus), law_given_levels(As[0], stds, n, s0s, sNs, taus)
+    for i in range(3):
+        np.testing.assert_allclose(Ls[i], size_line_scale(R, s0s[i], sNs[i], taus[i]), rtol=1e-14)
+        np.testing.assert_allclose(laws[i], law_given_levels(As[0][i], stds[i], n, s0s[i], sNs[i], taus[i]), rtol=1e-12)
 
 
 def test_size_scatter_prior_and_conditional_of_tau():

@@ -150,8 +150,8 @@ class IsotropicStudentT(dist.Distribution):
 
 
 def _chol2(a, b, c):
-    """Lower Cholesky factor [[l11, 0], [l21, l22]] of the 2 x 2 matrix [[a, b], [b, c]] (elementwise: no LAPACK
-    call per gradient)."""
+    """Lower Cholesky factor [[l11, 0], [l21, l22]] of the 2 x 2 matrix [[a, b], [b, c]] (elementwise, so a batch of
+    matrices at once: no LAPACK call per gradient)."""
     l11 = jnp.sqrt(a)
     l21 = b / l11
     return l11, l21, jnp.sqrt(c - l21 * l21)
@@ -159,20 +159,22 @@ def _chol2(a, b, c):
 
 def size_line_scale(R, s0, sN, tau):
     """Lower Cholesky factor of tau^2 I + R P R^T, P = diag(s0^2, sN^2): the covariance of the sizes' levels along
-    the law's directions, Q^T A, when A = X beta + tau e with beta ~ N(0, P), e ~ N(0, I)."""
+    the law's directions, Q^T A, when A = X beta + tau e with beta ~ N(0, P), e ~ N(0, I). `s0`, `sN`, `tau` may
+    carry a batch of laws (shape (L,), broadcast together): the factors are then (L, r, r)."""
     # Python floats: a NumPy float64 here would turn the whole float32 potential into float64
     B = lambda i, j: float(R[i, 0] * R[j, 0]) * s0 ** 2 + float(R[i, 1] * R[j, 1]) * sN ** 2  # noqa: E731
     t2 = tau * tau
     if R.shape[0] == 1:
-        return jnp.sqrt(t2 + B(0, 0)).reshape(1, 1)
+        return jnp.sqrt(t2 + B(0, 0))[..., None, None]
     l11, l21, l22 = _chol2(t2 + B(0, 0), B(0, 1), t2 + B(1, 1))
-    return jnp.stack([jnp.stack([l11, 0.0 * l11]), jnp.stack([l21, l22])])
+    return jnp.stack([jnp.stack([l11, 0.0 * l11], -1), jnp.stack([l21, l22], -1)], -2)
 
 
 def law_given_levels(A, std, n, s0, sN, tau):
-    """(intercept, slope) of the law given the levels A: N(b, tau^2 G^-1) with G = X^T X + tau^2 P^-1 and b = G^-1
-    X^T A (the ridge regression of A on X), at standard normal `std` (2,). The data see the levels only, so this is
-    the law's exact conditional posterior."""
+    """(intercept, slope) of the law given the levels A (..., M): N(b, tau^2 G^-1) with G = X^T X + tau^2 P^-1 and
+    b = G^-1 X^T A (the ridge regression of A on X), at standard normal `std` (..., 2). The data see the levels
+    only, so this is the law's exact conditional posterior. `s0`, `sN`, `tau` may carry a batch of laws (shape
+    (L,), with A (L, M) and std (L, 2)): the result is (..., 2)."""
     n = np.asarray(n, float)
     t2 = tau * tau
     g11, g12, g22 = len(n) + t2 / s0 ** 2, float(n.sum()), float(n @ n) + t2 / sN ** 2
@@ -180,41 +182,50 @@ def law_given_levels(A, std, n, s0, sN, tau):
     y1, y2 = jnp.sum(A, -1), A @ np.asarray(n, jnp.result_type(A))  # NumPy: no operation of its own to compile
     b1, b2 = (g22 * y1 - g12 * y2) / det, (g11 * y2 - g12 * y1) / det
     l11, l21, l22 = _chol2(g22 / det, -g12 / det, g11 / det)  # chol of G^-1
-    return jnp.stack([b1 + tau * l11 * std[0], b2 + tau * (l21 * std[0] + l22 * std[1])], axis=-1)
+    return jnp.stack([b1 + tau * l11 * std[..., 0], b2 + tau * (l21 * std[..., 0] + l22 * std[..., 1])], axis=-1)
 
 
 def _size_levels(p: dict[str, Any], n_size, h_N: float, ft, left_out: str | None = None, pr: Priors = PRIORS) -> None:
     """Size scatter's sites for each law (`scalinfer.models.surface.size_scatter`): the levels A of the M sizes
     and, from its exact conditional given them, the law's intercept and N slope (into `p`). `left_out`: the law
     a reduced design has not (`scalinfer.models.surface.design`). A law whose prior has a mean (k0, kN) is the
-    zero-mean one shifted: A = A_0 + k0 + kN n, (a0, a_N) = (a0, a_N)_0 + (k0, kN)."""
+    zero-mean one shifted: A = A_0 + k0 + kN n, (a0, a_N) = (a0, a_N)_0 + (k0, kN).
+
+    Each law keeps sites of its own (``<v>_size_resid``, ``<v>_size_u``, ``<v>_size_line``, ``<v>_law_std``: what
+    a fit stores and prior sensitivity names), but what they map to (tau, the levels, the law) is computed for
+    the laws at once, stacked along a leading axis: one copy of that code in a compiled program, not one per
+    law (XLA:CPU compiles each of its kernels on its own)."""
     Q, R, Q_perp = size_basis(n_size)
     # in the potential's float type (cast by NumPy: a JAX cast of a constant is an operation compiled on its own)
     Q, Q_perp = (np.asarray(a, ft) for a in (Q, Q_perp))
     k = Q_perp.shape[1]  # the sizes' residual directions about their least-squares line: M - 2
-    for v, (k0, kN) in ((v, names[:2]) for v, names in LAW_N.items()):
-        if v == left_out:
-            continue
-        alpha, beta = pr.size(v)
-        mean0, meanN, s0, sN = pr.law(v)
-        # the residuals, tau integrated out: N(0, tau^2 I) under tau^2 ~ InvGamma(alpha, beta)
-        r = numpyro.sample(f"{v}_size_resid", IsotropicStudentT(
-            2.0 * alpha, k, float(np.sqrt(beta / alpha)))) if k else np.zeros(0, ft)
-        # tau from its exact conditional given them
-        u = numpyro.sample(f"{v}_size_u", Gamma(alpha + 0.5 * k, 1.0))
-        tau = p[f"tau_{v}_size"] = numpyro.deterministic(f"tau_{v}_size", jnp.sqrt((beta + 0.5 * r @ r) / u))
-        # the levels along the law's directions, centered (the data pin them)
-        line = numpyro.sample(f"{v}_size_line", SmallNormal(
-            np.zeros(Q.shape[1], ft), scale_tril=size_line_scale(R, s0, sN * h_N, tau)))
-        A = Q @ line + Q_perp @ r
-        law_std = numpyro.sample(f"{v}_law_std", Normal(0.0, 1.0).expand([2]).to_event(1))
-        law = law_given_levels(A, law_std, n_size, s0, sN * h_N, tau)
-        if mean0 or meanN:
-            A = A + (mean0 + meanN * h_N * np.asarray(n_size, ft))
-            law = law + jnp.array([mean0, meanN * h_N], dtype=ft)  # h_N is traced
-        p[f"{v}_size"] = numpyro.deterministic(f"{v}_size", A)
-        p[k0] = numpyro.deterministic(k0, law[0])
-        p[kN] = numpyro.deterministic(kN, law[1])
+    laws_ = [v for v in LAW_N if v != left_out]
+    alpha, beta = (np.array(a, ft) for a in zip(*(pr.size(v) for v in laws_)))
+    mean0, meanN, s0, sN = (np.array(a, ft) for a in zip(*(pr.law(v) for v in laws_)))
+    # the residuals, tau integrated out: N(0, tau^2 I) under tau^2 ~ InvGamma(alpha, beta); u for tau's exact
+    # conditional given them
+    r = jnp.stack([numpyro.sample(f"{v}_size_resid", IsotropicStudentT(2.0 * float(a), k, float(np.sqrt(b / a))))
+                   if k else np.zeros(0, ft) for v, a, b in zip(laws_, alpha, beta)])
+    u = jnp.stack([numpyro.sample(f"{v}_size_u", Gamma(float(a) + 0.5 * k, 1.0)) for v, a in zip(laws_, alpha)])
+    tau = jnp.sqrt((beta + 0.5 * jnp.sum(r * r, -1)) / u)
+    sN = sN * h_N
+    scale = size_line_scale(R, s0, sN, tau)
+    # the levels along the law's directions, centered (the data pin them), and the law's standard normals
+    line, law_std = [], []
+    for i, v in enumerate(laws_):
+        p[f"tau_{v}_size"] = numpyro.deterministic(f"tau_{v}_size", tau[i])
+        line.append(numpyro.sample(f"{v}_size_line", SmallNormal(np.zeros(Q.shape[1], ft), scale_tril=scale[i])))
+        law_std.append(numpyro.sample(f"{v}_law_std", Normal(0.0, 1.0).expand([2]).to_event(1)))
+    A = jnp.stack(line) @ Q.T + r @ Q_perp.T
+    law = law_given_levels(A, jnp.stack(law_std), n_size, s0, sN, tau)
+    if np.any(mean0) or np.any(meanN):
+        A = A + (mean0[:, None] + (meanN * h_N)[:, None] * np.asarray(n_size, ft))  # h_N is traced
+        law = law + jnp.stack([jnp.asarray(mean0), meanN * h_N], -1)
+    for i, v in enumerate(laws_):
+        k0, kN = LAW_N[v][:2]
+        p[f"{v}_size"] = numpyro.deterministic(f"{v}_size", A[i])
+        p[k0] = numpyro.deterministic(k0, law[i, 0])
+        p[kN] = numpyro.deterministic(kN, law[i, 1])
 
 
 def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, s_cens=None, x_cens=None,
