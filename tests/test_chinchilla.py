@@ -90,7 +90,7 @@ def test_nuts_draws_more_until_converged_or_max_samples(tmp_path, monkeypatch):
     monkeypatch.setattr(fit_module, "_more_draws",
                         lambda d, before: asked.append(d["alpha"].shape) or (True, "forced", 1.0))
     longer = scalinfer.fit(runs, model="chinchilla", chains=2, warmup=200, samples=100, max_samples=300, seed=0)
-    assert asked == [(2, 100), (2, 200)]
+    assert asked == [(2, 100), (2, 150), (2, 200), (2, 250)]  # blocks of EXTEND_FRACTION x samples = 50
     assert short.posterior.sizes["draw"] == 100 and short.attrs["samples_extended"] == 0  # explicit: no more
     assert longer.posterior.sizes["draw"] == 300 and longer.attrs["samples_extended"] == 200
     # the same chains, continued: the first 100 draws are the short fit's, bit for bit

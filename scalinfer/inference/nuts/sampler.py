@@ -353,16 +353,22 @@ def _nuts_program(model_fn, static, config: NutsConfig, chains: int, parallel: b
 PROGRESS_CHUNKS = 10
 
 
-def _chunks(warmup: int, samples: int, progress: bool, block: int = 0) -> list[tuple[int, int]]:
-    """(start, stop) of the program's calls for sampling's block `block` of `samples` draws, the first with
-    warmup: the whole block at once, or with progress `PROGRESS_CHUNKS` chunks of warmup (first block) and as
-    many of sampling."""
-    lo = warmup + block * samples
+def _chunks(warmup: int, lo: int, hi: int, progress: bool) -> list[tuple[int, int]]:
+    """(start, stop) of the program's calls for a block of draws, iterations `lo` to `hi` of warmup + sampling;
+    the first block (``lo == warmup``) runs warmup too: the whole block at once, or with progress
+    `PROGRESS_CHUNKS` chunks of warmup (first block) and as many of sampling."""
+    first = lo == warmup
     if not progress:
-        return [(0 if block == 0 else lo, lo + samples)]
-    warm = np.linspace(0, warmup, PROGRESS_CHUNKS + 1) if block == 0 else np.array([lo])
-    edges = np.unique(np.concatenate([warm, np.linspace(lo, lo + samples, PROGRESS_CHUNKS + 1)]).round())
+        return [(0 if first else lo, hi)]
+    warm = np.linspace(0, warmup, PROGRESS_CHUNKS + 1) if first else np.array([lo])
+    edges = np.unique(np.concatenate([warm, np.linspace(lo, hi, PROGRESS_CHUNKS + 1)]).round())
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def _slots(warmup: int, samples: int, lo: int, hi: int) -> np.ndarray:
+    """The draws' buffer slots that iterations `lo` to `hi` (sampling's, ``lo >= warmup``) write: the program
+    writes draw i - warmup into slot (i - warmup) mod `samples` (`_chain_fn`)."""
+    return (np.arange(lo, hi) - warmup) % samples
 
 
 def _run_chunks(run, args, loop, warmup: int, samples: int, chunks, bar, diverging_before: int = 0) -> _Loop:
@@ -370,14 +376,14 @@ def _run_chunks(run, args, loop, warmup: int, samples: int, chunks, bar, divergi
     draws so far (`diverging_before` of earlier blocks); returns the loop's last state. The bar says "starting"
     until the first chunk returns: that call also compiles the program when neither JAX's caches nor the
     persistent one hold it."""
-    diverging = diverging_before
+    diverging, lo = diverging_before, max(chunks[0][0], warmup)
     for start, stop in chunks:
         loop = run(*args, loop, start, stop)
         if bar.disable:
             continue
         if stop > warmup:  # this block's sampled draws so far (warmup iterations write slot 0, overwritten)
-            filled = (stop - warmup - 1) % samples + 1
-            diverging = diverging_before + int(np.asarray(loop.stats.diverging)[..., :filled].sum())
+            slots = _slots(warmup, samples, lo, stop)
+            diverging = diverging_before + int(np.asarray(loop.stats.diverging)[..., slots].sum())
         bar.set_description_str(f"{bar.desc.split(':')[0]}: {'warmup' if stop <= warmup else 'sampling'}",
                                 refresh=False)
         bar.set_postfix_str(f"{diverging} divergent", refresh=False)
@@ -442,7 +448,7 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
              warmup: int, samples: int, seed: int = 0, adapt: str = "dense", target_accept: float = 0.8,
              max_tree_depth: int = 10, warmup_tree_depth: int | None = None, chain_method: str = "parallel",
              preconditioner: Preconditioner | None = None, potential_dtype: str | None = None,
-             progress: bool | None = None, max_samples: int | None = None,
+             progress: bool | None = None, max_samples: int | None = None, extend_by: int | None = None,
              enough: Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], bool] | None = None,
              ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Run NUTS on `model_fn` with `model_kwargs` as data.
@@ -469,11 +475,12 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         time and an estimate of what is left); None (default): only when stderr is a terminal. The run then
         goes in `PROGRESS_CHUNKS` chunks of warmup and as many of sampling, calls of the same compiled program
         that give the same draws, bit for bit, as one call.
-    max_samples, enough : draw more than `samples` per chain, in blocks of `samples`, up to `max_samples`
-        (default `samples`: no more), while ``enough(draws, stats)`` (the draws and stats so far, as returned)
-        is False. Each block continues the chains where the last stopped, with the step size and mass matrix
-        warmup set, so the draws of a run extended to n are those of one run of n draws, bit for bit; a
-        convergence criterion as `enough` is thus Vehtari et al.'s (2021) advice, "run longer", made a rule.
+    max_samples, extend_by, enough : draw more than `samples` per chain, in blocks of `extend_by` (1 to `samples`;
+        default `samples`), up to `max_samples` (default `samples`: no more), while ``enough(draws, stats)`` (the
+        draws and stats so far, as returned) is False. Each block continues the chains where the last stopped,
+        with the step size and mass matrix warmup set, so the draws of a run extended to n are those of one run
+        of n draws, bit for bit; a convergence criterion as `enough` is thus Vehtari et al.'s (2021) advice, "run
+        longer", made a rule. The blocks run the same compiled program as the first.
 
     Returns
     -------
@@ -489,6 +496,9 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     max_samples = int(samples if max_samples is None else max_samples)
     if max_samples < samples:
         raise ModelError(f"max_samples must be at least samples={samples}, got {max_samples}")
+    extend_by = int(samples if extend_by is None else extend_by)
+    if not 1 <= extend_by <= samples:
+        raise ModelError(f"extend_by must be from 1 to samples={samples}, got {extend_by}")
     init = {k: np.asarray(v, dtype=float) for k, v in dict(init_params).items()}
     lead = {np.shape(v)[0] if np.ndim(v) else None for v in init.values()}
     if lead != {chains}:
@@ -508,14 +518,16 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     unraveled = tree_unraveler({k: np.zeros(shape) for k, shape in preconditioner.sites})
     blocks: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []  # per block: (draws, stats)
 
-    def keep(loop: _Loop) -> None:
-        """The block's draws of w in the model's constrained space, deterministic sites included, and its stats:
-        a program of its own, which compiles in a fraction of what the same code added to the NUTS program
-        (benchmarks/README.md, "quickstart"); every block has the same shapes, so it compiles once."""
+    def keep(loop: _Loop, lo: int, hi: int) -> None:
+        """The block's draws (iterations `lo` to `hi` of warmup + sampling) of w in the model's constrained space,
+        deterministic sites included, and its stats: a program of its own, which compiles in a fraction of what
+        the same code added to the NUTS program (benchmarks/README.md, "quickstart"). It constrains the whole
+        buffer of `samples` draws whatever the block's length, so it compiles once."""
         loop = jax.device_get(loop)
+        slots = _slots(warmup, samples, lo, hi)
         z = unraveled(np.asarray(preconditioner.mean) + np.asarray(preconditioner.scale) * np.asarray(loop.draws))
-        blocks.append((constrain(model_fn, z, model_kwargs, batch_ndims=2),
-                       {k: np.asarray(v) for k, v in loop.stats._asdict().items()}))
+        blocks.append(({k: v[:, slots] for k, v in constrain(model_fn, z, model_kwargs, batch_ndims=2).items()},
+                       {k: np.asarray(v)[:, slots] for k, v in loop.stats._asdict().items()}))
         if len(blocks) == 1:
             blocks[0][1]["warmup_num_steps"] = np.asarray(loop.warm_steps)[:, :warmup]
             blocks[0][1]["warmup_step_size"] = np.asarray(loop.warm_step_size)[:, :warmup]
@@ -530,15 +542,17 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     with tqdm(total=per_block, file=sys.stderr, disable=not show, unit="it", dynamic_ncols=True,
               desc=f"NUTS, {chains} chains: starting", leave=True) as bar:
         args = (keys, first, preconditioner, data)
-        loop = _run_chunks(run, args, loop, warmup, samples, _chunks(int(warmup), int(samples), show), bar)
-        keep(loop)
-        drawn = int(samples)
-        while enough is not None and drawn + samples <= max_samples and not enough(*joined()):
-            bar.total += int(samples)
+        warmup, samples = int(warmup), int(samples)
+        loop = _run_chunks(run, args, loop, warmup, samples, _chunks(warmup, warmup, warmup + samples, show), bar)
+        keep(loop, warmup, warmup + samples)
+        drawn = samples
+        while enough is not None and drawn + extend_by <= max_samples and not enough(*joined()):
+            bar.total += extend_by
             bar.refresh()
             before = sum(int(b[1]["diverging"].sum()) for b in blocks)
-            loop = _run_chunks(run, args, loop, warmup, samples,
-                               _chunks(int(warmup), int(samples), show, drawn // int(samples)), bar, before)
-            keep(loop)
-            drawn += int(samples)
+            lo = warmup + drawn
+            loop = _run_chunks(run, args, loop, warmup, samples, _chunks(warmup, lo, lo + extend_by, show), bar,
+                               before)
+            keep(loop, lo, lo + extend_by)
+            drawn += extend_by
     return joined()
