@@ -94,14 +94,14 @@ def test_more_draws_continue_the_chains_bit_for_bit(chain_method, capsys):
 
 
 def test_shorter_blocks_continue_the_chains_bit_for_bit():
-    # blocks of 7 after a first of 20 write the program's 20 slots round and round (slots 14-19, then 0): the draws
-    # are still one run's
+    # blocks of 7 after a first of 20 write the program's 20 slots round and round (slots 14-19, then 0), the last
+    # block cut to 6 at max_samples: the draws are still one run's
     configure(2)
     args = (gauss, {"sd": SD}, {"x": np.zeros((2, 3))})
     opts = dict(chains=2, warmup=30, seed=4, chain_method="vectorized")
-    long_draws, long_stats = run_nuts(*args, samples=41, **opts)
+    long_draws, long_stats = run_nuts(*args, samples=40, **opts)
     seen = []
-    draws, stats = run_nuts(*args, samples=20, max_samples=41, extend_by=7, enough=lambda d, s: seen.append(
+    draws, stats = run_nuts(*args, samples=20, max_samples=40, extend_by=7, enough=lambda d, s: seen.append(
         d["x"].shape[1]) and False, **opts)
     assert seen == [20, 27, 34]
     np.testing.assert_array_equal(draws["x"], long_draws["x"])

@@ -476,7 +476,7 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         goes in `PROGRESS_CHUNKS` chunks of warmup and as many of sampling, calls of the same compiled program
         that give the same draws, bit for bit, as one call.
     max_samples, extend_by, enough : draw more than `samples` per chain, in blocks of `extend_by` (1 to `samples`;
-        default `samples`), up to `max_samples` (default `samples`: no more), while ``enough(draws, stats)`` (the
+        default `samples`; the last one shorter if need be), up to `max_samples` (default `samples`: no more), while ``enough(draws, stats)`` (the
         draws and stats so far, as returned) is False. Each block continues the chains where the last stopped,
         with the step size and mass matrix warmup set, so the draws of a run extended to n are those of one run
         of n draws, bit for bit; a convergence criterion as `enough` is thus Vehtari et al.'s (2021) advice, "run
@@ -546,13 +546,13 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         loop = _run_chunks(run, args, loop, warmup, samples, _chunks(warmup, warmup, warmup + samples, show), bar)
         keep(loop, warmup, warmup + samples)
         drawn = samples
-        while enough is not None and drawn + extend_by <= max_samples and not enough(*joined()):
-            bar.total += extend_by
+        while enough is not None and drawn < max_samples and not enough(*joined()):
+            block = min(extend_by, max_samples - drawn)  # the last block ends at max_samples
+            bar.total += block
             bar.refresh()
             before = sum(int(b[1]["diverging"].sum()) for b in blocks)
             lo = warmup + drawn
-            loop = _run_chunks(run, args, loop, warmup, samples, _chunks(warmup, lo, lo + extend_by, show), bar,
-                               before)
-            keep(loop, lo, lo + extend_by)
-            drawn += extend_by
+            loop = _run_chunks(run, args, loop, warmup, samples, _chunks(warmup, lo, lo + block, show), bar, before)
+            keep(loop, lo, lo + block)
+            drawn += block
     return joined()
