@@ -165,9 +165,9 @@ def register(subparsers) -> None:
     s.add_argument("--samples", type=count, default=None,
                    help="draws per chain, >= 1 (default 1000, and more while not converged: --max-samples)")
     s.add_argument("--max-samples", type=count, default=None,
-                   help="where the draws have not converged (R-hat > 1.01 or bulk ESS < 400), draw half of --samples "
-                        "more per chain at a time until they have or this many are drawn (default 4000 with the default "
-                        "--samples, else --samples: exactly the draws asked for)")
+                   help="where the draws have not converged (R-hat > 1.01 or bulk ESS < 400), draw half of "
+                        "--samples more per chain at a time until they have or this many are drawn (default 4000 "
+                        "with the default --samples, else --samples: exactly the draws asked for)")
     s.add_argument("--seed", type=_seed, default=0, help="random seed, 0 to 2**32 - 1 (default 0)")
     s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="NUTS's progress bar on stderr (default: only when stderr is a terminal)")

@@ -86,8 +86,8 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         start values (the fit's attribute ``map_held`` names them).
     max_samples : where the draws so far have not converged (R-hat above `RHAT_MAX` or bulk ESS below `ESS_MIN`
         for a scalar parameter, the criteria of `Fit.warnings`), NUTS draws `EXTEND_FRACTION` x `samples` more per
-        chain, continuing the same chains, until they have or `max_samples` are drawn (`scalinfer.inference.nuts.run_nuts`); not
-        where an R-hat above `RHAT_STUCK` did not fall over the last block (a chain stuck apart).
+        chain, continuing the same chains, until they have or `max_samples` are drawn
+        (`scalinfer.inference.nuts.run_nuts`); not where an R-hat above `RHAT_STUCK` did not fall over the last block (a chain stuck apart).
         Default: `MAX_SAMPLES` when `samples` is left at its default, else `samples` (exactly the draws asked
         for). The fit's attribute ``samples_extended`` says how many draws per chain were added. One chain is
         never extended (R-hat compares chains).
@@ -198,7 +198,8 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         more, why, rhat_before[0] = _more_draws({**draws, **_derived(m, draws, constants)}, rhat_before[0])
         if why:
             n = next(iter(draws.values())).shape[1]
-            _log(f"{m.name}: {why} after {n} draws per chain; " + (f"drawing {extend_by} more" if more else
+            _log(f"{m.name}: {why} after {n} draws per chain; " + (
+                 f"drawing {min(extend_by, max_samples - n)} more" if more else
                  "not drawing more: a chain stuck apart from the others stays apart"), quiet)
         return not more
 
@@ -537,8 +538,8 @@ class Fit:
     def summary(self) -> dict[str, dict[str, float]]:
         """Per scalar parameter: mean, sd, q05, q50, q95, r_hat, ess_bulk (NaN where not defined). A reopened
         fit's are the ones saved with it (`summary_dict`), computed by `save` from the same draws. Computed once
-        per fit (R-hat and ESS of every scalar: ~0.2 s on the surface's), since its draws do not change: every
-        `predict` reads it for the fit's warnings. Each call returns its own copy."""
+        per fit, since its draws do not change (every `predict` reads it for the fit's warnings); each call
+        returns its own copy."""
         saved = self._saved_summary()
         if saved is not None:
             return saved["parameters"]

@@ -189,9 +189,8 @@ class Preconditioner:
 def _chain_keys(key, chains: int):
     """(chains, 2) the chains' first keys, split from `key` (``jax.random.PRNGKey(seed)``) as NumPyro's
     ``MCMC.run`` and HMC kernel split them: one key per chain; of it, one for the model's initialisation (unused
-    here) and three at the kernel's initialisation, of which the first is the chain's. A small program of its own
-    (one compilation, ~0.2 s): inside NUTS's program the splits were ~60 of its compiled instructions, for work
-    done once."""
+    here) and three at the kernel's initialisation, of which the first is the chain's. A small program of its own,
+    so that NUTS's program does not carry the splits' code for work done once."""
     keys = jax.random.split(key, chains) if chains > 1 else key[None]  # as numpyro.infer.MCMC.run
     return jax.vmap(lambda k: jax.random.split(jax.random.split(k)[0], 3)[0])(keys)
 
@@ -475,9 +474,9 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         time and an estimate of what is left); None (default): only when stderr is a terminal. The run then
         goes in `PROGRESS_CHUNKS` chunks of warmup and as many of sampling, calls of the same compiled program
         that give the same draws, bit for bit, as one call.
-    max_samples, extend_by, enough : draw more than `samples` per chain, in blocks of `extend_by` (1 to `samples`;
-        default `samples`; the last one shorter if need be), up to `max_samples` (default `samples`: no more), while ``enough(draws, stats)`` (the
-        draws and stats so far, as returned) is False. Each block continues the chains where the last stopped,
+    max_samples, extend_by, enough : draw more than `samples` per chain, in blocks of `extend_by` (1 to
+        `samples`; default `samples`; the last one shorter if need be), up to `max_samples` (default `samples`: no
+        more), while ``enough(draws, stats)`` (the draws and stats so far, as returned) is False. Each block continues the chains where the last stopped,
         with the step size and mass matrix warmup set, so the draws of a run extended to n are those of one run
         of n draws, bit for bit; a convergence criterion as `enough` is thus Vehtari et al.'s (2021) advice, "run
         longer", made a rule. The blocks run the same compiled program as the first.
@@ -491,6 +490,7 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     """
     if adapt not in ADAPT:
         raise ModelError(f"adapt must be one of {ADAPT}, got {adapt!r}")
+    warmup, samples = int(warmup), int(samples)
     if samples < 1:
         raise ModelError(f"samples must be at least 1, got {samples}")
     max_samples = int(samples if max_samples is None else max_samples)
@@ -514,7 +514,7 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     run, keys, data, loop = _program_and_arguments(model_fn, model_kwargs, first, preconditioner, config, chains,
                                                    chain_method, seed)
     show = sys.stderr is not None and sys.stderr.isatty() if progress is None else bool(progress)
-    per_block = int(warmup) + int(samples)
+    per_block = warmup + samples
     unraveled = tree_unraveler({k: np.zeros(shape) for k, shape in preconditioner.sites})
     blocks: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []  # per block: (draws, stats)
 
@@ -542,7 +542,6 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     with tqdm(total=per_block, file=sys.stderr, disable=not show, unit="it", dynamic_ncols=True,
               desc=f"NUTS, {chains} chains: starting", leave=True) as bar:
         args = (keys, first, preconditioner, data)
-        warmup, samples = int(warmup), int(samples)
         loop = _run_chunks(run, args, loop, warmup, samples, _chunks(warmup, warmup, warmup + samples, show), bar)
         keep(loop, warmup, warmup + samples)
         drawn = samples
