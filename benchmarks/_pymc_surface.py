@@ -9,7 +9,9 @@ data, and repeats that NumPyro model term by term:
   the unconstrained coordinates are the same too (HalfNormal and
   Gamma: log; Beta: log-odds in PyMC, sigmoid in NumPyro), so the two log densities, Jacobians included, are
   equal up to floating point at any point (`check_equivalence` asserts it);
-- non-centered offsets ``eps_lr``, ``eps_b`` and centered loss levels ``ell`` per setting;
+- non-centered offsets and centered loss levels ``ell`` per setting: the offsets sampled as ``w_lr``, ``w_b``,
+  scalinfer's sites without pins (then w is eps itself: `scalinfer.models.surface.numpyro_model.pinned_offset`),
+  and kept as ``eps_lr``, ``eps_b`` (deterministic);
 - the valleys `_valley` (smooth, asymmetric, exponent p = 0.5 + 3.5 p_unit) and the ridge, as in
   `surface_at`;
 - converged runs: Student-t(nu, mu, sigma0 + sigma1 * excess) on the log loss;
@@ -95,8 +97,8 @@ def build_model(data: dict[str, np.ndarray], constants: dict[str, float], pr, si
         log_c_lr = c["c_lr0"] + c["c_lr_N"] * n_s + c["c_lr_D"] * d_s
         log_c_b = c["c_b0"] + c["c_b_N"] * n_s + c["c_b_D"] * d_s
 
-        eps_lr = pm.Normal("eps_lr", 0.0, 1.0, dims="setting")
-        eps_b = pm.Normal("eps_b", 0.0, 1.0, dims="setting")
+        eps_lr = pm.Deterministic("eps_lr", pm.Normal("w_lr", 0.0, 1.0, dims="setting"), dims="setting")
+        eps_b = pm.Deterministic("eps_b", pm.Normal("w_b", 0.0, 1.0, dims="setting"), dims="setting")
         ell = pm.Normal("ell", law_ell, tau_loss, dims="setting")
         x_star = law_x + tau_lr * eps_lr
         z_star = law_z + tau_b * eps_b

@@ -197,14 +197,15 @@ import scalinfer.runtime
 from support.compile_log import CompileLog
 
 scalinfer.runtime.configure(chains)  # as the CLI: a device per chain, float64, the persistent cache
-from scalinfer.models.surface import MODEL as SURFACE, SCALARS, SETTING
+from scalinfer.models.surface import MODEL as SURFACE, PINNED, SCALARS, SETTING
 from scalinfer.models.surface.population import PRIOR_SETS
 
 # the model that the PyMC twin (_pymc_surface.py) writes out: surface without size scatter, issue #8's model (the
 # default turns size scatter on for tables of two or more model sizes; see scalinfer.models.surface)
 MODEL = SURFACE.with_options(size_scatter=False)
 
-NAMES = list(SCALARS + SETTING)  # every sampled site of the model
+NAMES = list(SCALARS + SETTING)  # every parameter of the model (the offsets eps, however sampled)
+SAMPLED = list(SCALARS + PINNED) + ["ell"]  # its sampled sites (without pins w is eps: a MAP's, the twin's)
 # the scalars both parameterizations of the default model (size scatter) have: their posterior means must agree
 AGREE = list(SCALARS) + ["tau_lr_size", "tau_b_size", "tau_loss_size"]
 
@@ -254,7 +255,7 @@ if mode in ("map", "nuts"):
         if opt.get("default_model"):
             out["means"] = means(post)
     else:
-        params = {k: np.asarray(f.posterior[k].values)[0, 0] for k in NAMES}
+        params = {k: np.asarray(f.posterior[k].values)[0, 0] for k in SAMPLED}
         with open(opt["map_out"], "w") as fh:
             json.dump({k: v.tolist() for k, v in params.items()}, fh)
     if mode == "map" and opt.get("check"):
@@ -335,7 +336,7 @@ elif mode == "blackjax":
 
         _, (w, div, n) = jax.lax.scan(step, state, jax.random.split(k_draw, samples))
         z = jax.vmap(affine)(w)
-        return jax.vmap(lambda v: constrain_fn(MODEL.model, (), kw, v))(z), div, n
+        return jax.vmap(lambda v: constrain_fn(MODEL.model, (), kw, v, return_deterministic=True))(z), div, n
 
     keys = jax.random.split(jax.random.PRNGKey(seed), chains)
     program = jax.pmap(chain).lower(keys, w_init).compile()

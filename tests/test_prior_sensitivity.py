@@ -217,5 +217,5 @@ def test_surface_names_the_prior_behind_its_reparameterized_sites():
 
     assert "optimum_sd, lr_exp_N" in MODEL.prior_label("lr_law_std")
     assert "tau_lr_size" in MODEL.prior_label("lr_size_resid") and "lr_size" in MODEL.prior_label("lr_size_u")
-    assert "loss_sd" in MODEL.prior_label("loss_size_line") and "tau_b" in MODEL.prior_label("eps_b")
+    assert "loss_sd" in MODEL.prior_label("loss_size_line") and "tau_b" in MODEL.prior_label("w_b")
     assert MODEL.prior_label("a_D") == "a_D"  # a site that is its own prior

@@ -343,6 +343,34 @@ def test_tracing_the_size_scatter_model_compiles_little_on_its_own():
     assert counts["True"] <= 3, counts
 
 
+def test_pinned_optima_are_the_same_prior(sim):
+    """The pinned optima (`numpyro_model.pinned_offset`) are a change of variables, exact for any pin: at the same
+    parameters and offsets eps, the joint log density with pins (xhat, D) differs from the one without (w = eps) by
+    the log Jacobian, -1/2 sum_s log(1 + D_s tau^2), for LR and batch. Random pins and parameters (seed 0); float64,
+    so 1e-9 is rounding."""
+    import jax
+    from numpyro import handlers
+    from numpyro.infer.util import log_density
+
+    from scalinfer.models.surface import MODEL
+
+    _, df = sim
+    m = MODEL.with_options(size_scatter=True)
+    data, constants = m.prepare(_runs(df))
+    kw0 = m.model_kwargs(data, constants)
+    rng = np.random.default_rng(0)
+    S = len(data["n_s"])
+    kw1 = {**kw0, **{f"pin_{v}": np.stack([rng.normal(0, 1, S), np.exp(rng.normal(3, 1, S))]) for v in ("lr", "b")}}
+    trace = handlers.trace(handlers.seed(m.model, jax.random.PRNGKey(0))).get_trace(**kw1)
+    sampled = {k: s["value"] for k, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
+    at_eps = {**sampled, "w_lr": trace["eps_lr"]["value"], "w_b": trace["eps_b"]["value"]}
+    lp1, _ = log_density(m.model, (), kw1, sampled)
+    lp0, _ = log_density(m.model, (), kw0, at_eps)
+    jac = sum(-0.5 * np.sum(np.log1p(kw1[f"pin_{v}"][1] * float(sampled[f"tau_{v}"]) ** 2)) for v in ("lr", "b"))
+    assert abs(float(lp1) - float(lp0) - jac) < 1e-9 * max(1.0, abs(float(lp0)))
+    assert np.all(np.abs(np.asarray(sampled["w_lr"]) - np.asarray(trace["eps_lr"]["value"])) > 0)  # pins in effect
+
+
 @pytest.mark.slow
 def test_size_scatter_potential_stays_float32(sim):
     """NUTS evaluates the surface's potential in float32 (`Surface.potential_dtype`). A NumPy float64 constant
@@ -365,7 +393,7 @@ def test_size_scatter_potential_stays_float32(sim):
     trace = handlers.trace(handlers.substitute(m.model, data=params)).get_trace(**kw)
     dtypes = {k: s["fn"].log_prob(s["value"]).dtype for k, s in trace.items()
               if s["type"] == "sample" and np.size(s["fn"].log_prob(s["value"])) > 1}
-    assert {"obs", "eps_lr", "ell"} <= set(dtypes)
+    assert {"obs", "w_lr", "ell"} <= set(dtypes)
     assert all(d == jnp.float32 for d in dtypes.values()), dtypes
     assert all(trace[k]["value"].dtype == jnp.float32 for k in ("lr_size", "a0", "a_N", "tau_lr_size")), {
         k: trace[k]["value"].dtype for k in ("lr_size", "a0", "a_N", "tau_lr_size")}

@@ -158,6 +158,10 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
                 extra["map_held"] = ",".join(hold)
                 break
     extra["map_converged"] = int(point.converged)
+    if method == "nuts" and (pinned := m.nuts_kwargs(kwargs, point)) is not None:
+        # NUTS's coordinates from the mode (`Model.nuts_kwargs`), and the mode again in them: its start and scales
+        kwargs, values = pinned
+        point = find_map(m.model, kwargs, values, seed=seed, hold=point.held)
     t_map = time.perf_counter() - t0
     if method == "map":
         draws = {k: np.asarray(v)[None, None] for k, v in point.params.items()}

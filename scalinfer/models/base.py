@@ -128,6 +128,14 @@ class Model(abc.ABC):
         """A rough point estimate (constrained values) to start the MAP search from, or None (default)."""
         return None
 
+    def nuts_kwargs(self, kwargs: dict[str, Any], point) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """Keyword arguments of `model` for NUTS, informed by the posterior mode `point` (a
+        `scalinfer.inference.optimize.PointFit`) found with `kwargs`, and the mode's constrained values in the
+        coordinates they give (the start of a mode search with them): NUTS's coordinates chosen from the mode.
+        None (the default): NUTS runs with `kwargs`. The new arguments must have the shapes and types of
+        `kwargs`' (NUTS's program is compiled before the mode is known)."""
+        return None
+
     def fit_draws(self, data: Arrays, constants: dict[str, float], samples: int, seed: int
                   ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
         """Draws of a model fit by its own method (`default_method` other than ``"nuts"``, e.g. ``classic``'s

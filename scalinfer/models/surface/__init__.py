@@ -24,16 +24,19 @@ from scalinfer.models.surface.data import (DIVERGENCE_RATIO, censor_levels, requ
                                            sizes_of)
 from scalinfer.models.surface.loss import laws, setting_values, surface_at, surface_terms
 from scalinfer.models.surface.model import MODEL, Surface
-from scalinfer.models.surface.priors import PRIORS, SCALARS, SETTING, SIZE, SIZE_PRIOR, VALLEY_BY_BATCH, Priors
+from scalinfer.models.surface.priors import (PINNED, PRIORS, SCALARS, SETTING, SIZE, SIZE_PRIOR, VALLEY_BY_BATCH,
+                                             Priors)
 from scalinfer.models.surface.size_scatter import size_basis, size_offsets
 
 #: the names of `numpyro_model`, imported on first use
-_NUMPYRO = ("surface_model", "Exceeds", "SmallNormal", "IsotropicStudentT", "size_line_scale", "law_given_levels")
+_NUMPYRO = ("surface_model", "Exceeds", "SmallNormal", "IsotropicStudentT", "size_line_scale", "law_given_levels",
+            "pinned_offset")
 
-__all__ = ["Surface", "MODEL", "surface_model", "Priors", "PRIORS", "SCALARS", "VALLEY_BY_BATCH", "SETTING", "SIZE",
-           "SIZE_PRIOR", "Exceeds", "SmallNormal", "IsotropicStudentT", "laws", "setting_values", "surface_terms", "surface_at",
-           "DIVERGENCE_RATIO", "settings_of", "sizes_of", "censor_levels", "require_lr_and_batch", "size_basis",
-           "size_line_scale", "law_given_levels", "size_offsets"]
+__all__ = ["Surface", "MODEL", "surface_model", "Priors", "PRIORS", "SCALARS", "VALLEY_BY_BATCH", "SETTING", "PINNED",
+           "SIZE", "SIZE_PRIOR", "Exceeds", "SmallNormal", "IsotropicStudentT", "laws", "setting_values",
+           "surface_terms", "surface_at", "DIVERGENCE_RATIO", "settings_of", "sizes_of", "censor_levels",
+           "require_lr_and_batch", "size_basis", "size_line_scale", "law_given_levels", "size_offsets",
+           "pinned_offset"]
 
 
 def __getattr__(name: str):

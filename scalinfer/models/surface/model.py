@@ -37,11 +37,13 @@ With :math:`\tilde n = (\log N - m_N)/h_N`, :math:`\tilde d = (\log D - m_D)/h_D
 
 i.e. eta*(N, D) = c N^alpha D^beta (`scalinfer.laws.lr.log_lr_opt_law`), B*(N, D) = c_B N^alpha_B D^beta_B
 (`scalinfer.laws.batch.log_batch_opt_law`) and L*(N, D) = c_L N^alpha_L D^beta_L, with partial pooling: each
-setting's optimum sits off the law by a non-centered offset tau * epsilon_s, and its loss level off the loss
-law by a centered one (a setting's runs pin its loss level far tighter than tau_L). The natural exponents are
-the scaled slopes over h (``lr_opt_exp_N = a_N / h_N``...), reported by `Surface.derived`. The loss law is
-local (no Chinchilla floor): with per-setting offsets it only carries L* to the target, and says how well
-through tau_L.
+setting's optimum sits off the law by an offset tau * epsilon_s, and its loss level off the loss law by a
+centered one (a setting's runs pin its loss level far tighter than tau_L). NUTS samples each optimum through
+a *pin*, its place and precision as the runs give them at the posterior mode: the same prior, in coordinates
+without a funnel whatever tau (`scalinfer.models.surface.numpyro_model`, "Settings' optima, pinned";
+`Surface.nuts_kwargs`). The natural exponents are the scaled slopes over h (``lr_opt_exp_N = a_N / h_N``...),
+reported by `Surface.derived`. The loss law is local (no Chinchilla floor): with per-setting offsets it only
+carries L* to the target, and says how well through tau_L.
 
 With size scatter (the option ``size_scatter``) each model size (distinct N) also sits off the laws by a level
 of its own, so a prediction at a new N carries how far a new size sits off them
@@ -83,7 +85,7 @@ from scalinfer.models.surface import simulate as _simulate
 from scalinfer.models.surface.data import DIVERGENCE_RATIO, diverged_mask, prepare_runs, settings_of
 from scalinfer.models.surface.design import DESIGN_CODE, DESIGNS, LEFT_OUT, design_of, resolve_design, unvaried
 from scalinfer.models.surface.population import PRIOR_SETS
-from scalinfer.models.surface.priors import LAW_N, PRIORS, SETTING, SIZE, VALLEY_BY_BATCH
+from scalinfer.models.surface.priors import LAW_N, PINNED, PRIORS, SETTING, SIZE, VALLEY_BY_BATCH
 from scalinfer.models.surface.size_scatter import size_basis
 from scalinfer.runs.schema import RunTable
 
@@ -155,7 +157,7 @@ class Surface(Model):
     #: "a thin table's second spike"); NUTS then starts from the mode given sigma0 at its `init_values` value, or
     #: given both where that search does not converge either
     mode_held = ("sigma0", "tau_loss")
-    dims = {**{k: ["setting"] for k in SETTING}, **{k: ["size"] for k in SIZE},
+    dims = {**{k: ["setting"] for k in SETTING + PINNED}, **{k: ["size"] for k in SIZE},
             **{f"{v}_size_line": ["law_dir"] for v in LAW_N}, **{f"{v}_size_resid": ["size_resid"] for v in LAW_N},
             **{f"{v}_law_std": ["law_coef"] for v in LAW_N}}
 
@@ -211,12 +213,51 @@ class Surface(Model):
         surface_model(**kwargs)
 
     def model_kwargs(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
-        # the sizes' scaled log N as a tuple: static, so the law's QR is computed once when the program is built
+        # the sizes' scaled log N as a tuple: static, so the law's QR is computed once when the program is built;
+        # the optima's pins 0 (w = eps, non-centered: the mode search's coordinates), as arrays, so that NUTS's
+        # program, compiled before the mode is known, takes `nuts_kwargs`'s pins
+        S = len(data["n_s"])
         return {**data, "h_N": constants["h_N"], "h_D": constants["h_D"],
                 "size_scatter": bool(constants["size_scatter"]), "design": design_of(constants),
                 "prior": prior_of(constants),
                 "lr_valley_by_batch": bool(constants.get("lr_valley_by_batch", 0.0)),
-                "n_size": tuple(float(v) for v in data["n_size"])}
+                "n_size": tuple(float(v) for v in data["n_size"]),
+                "pin_lr": np.zeros((2, S)), "pin_b": np.zeros((2, S))}
+
+    def nuts_kwargs(self, kwargs: dict[str, Any], point) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """Pin each setting's optimum where the mode found with `kwargs` (pins 0) puts it
+        (`scalinfer.models.surface.numpyro_model`, "Settings' optima, pinned"): xhat_s = the setting's x*_s at the
+        mode, D_s = (H_ss - 1) / tau^2 from the potential's curvature H_ss in eps_s there (its prior's is 1; 0 where
+        the curvature is not finite or below the prior's). The mode's tau is far above the posterior's (the joint
+        mode of non-centered offsets favours a large tau), which makes D tau^2 there large: D is what the runs say
+        about x*_s whatever tau. Returns (kwargs with the pins, the mode's values in the new coordinates)."""
+        from scalinfer.laws.batch import log_batch_opt_law
+        from scalinfer.laws.lr import log_lr_opt_law
+        from scalinfer.models.surface.size_scatter import size_offsets
+
+        c = point.params
+        curvature = point.objective.unravel(np.diag(point.hessian()))
+        n_s, d_s = np.asarray(kwargs["n_s"], float), np.asarray(kwargs["d_s"], float)
+        size_s = kwargs["size_s"] if kwargs["size_scatter"] else None
+        # the sampled sites only: the start's keys as `init_values`'s (one start program for both searches)
+        kwargs, start = dict(kwargs), {k: np.asarray(c[k], float) for k in point.z}
+        for v, k, law, coef in (("lr", "x_star", log_lr_opt_law, ("a0", "a_N", "a_D")),
+                                ("b", "z_star", log_batch_opt_law, ("b0", "b_N", "b_D"))):
+            if f"w_{v}" not in point.z:  # a valley the design leaves out
+                continue
+            tau, eps = float(c[f"tau_{v}"]), np.asarray(c[f"eps_{v}"], float)
+            center = law(n_s, d_s, *(float(c[q]) for q in coef))
+            if size_s is not None:
+                center = center + size_offsets(c, n_s, size_s, keys=(k,))[k]
+            h = np.asarray(curvature[f"w_{v}"], float)
+            D = np.maximum(h - 1.0, 0.0) / tau ** 2
+            D = np.where(np.isfinite(D), D, 0.0)
+            pin = np.stack([center + tau * eps, D])
+            kwargs[f"pin_{v}"] = pin
+            # the mode's w in the pinned coordinates (`pinned_offset`, inverted)
+            r = D * tau ** 2
+            start[f"w_{v}"] = (eps - r / (1 + r) * (pin[0] - center) / tau) * np.sqrt(1 + r)
+        return kwargs, start
 
     def init_values(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
         """Per-setting best runs regressed on (n, d) (least squares, minimum-norm where n and d are collinear):
@@ -227,8 +268,9 @@ class Surface(Model):
         have = best >= 0
         X = np.column_stack([np.ones(S), data["n_s"], data["d_s"]])[have]
         out: dict[str, Any] = {}
-        for target, (c0, cN, cD), tau, eps in ((x, ("a0", "a_N", "a_D"), 0.3, "eps_lr"),
-                                               (z, ("b0", "b_N", "b_D"), 0.3, "eps_b"),
+        # (w_lr, w_b: the optima's offsets, eps, with the model's kwargs' pins, which are 0: `model_kwargs`)
+        for target, (c0, cN, cD), tau, eps in ((x, ("a0", "a_N", "a_D"), 0.3, "w_lr"),
+                                               (z, ("b0", "b_N", "b_D"), 0.3, "w_b"),
                                                (y, ("g0", "g_N", "g_D"), 1.0, "ell")):
             # rcond: where n and d are collinear (one token budget per parameter, D = k N) their slopes are not
             # separable, and the minimum-norm split is the start, not one blown up by rounding
@@ -260,8 +302,8 @@ class Surface(Model):
         if constants.get("lr_valley_by_batch"):
             out.update({k: 0.0 for k in VALLEY_BY_BATCH})
         left_out, left_out_setting, law = LEFT_OUT[design_of(constants)]
-        drop = set(left_out) | set(left_out_setting) | ({f"{law}_{k}" for k in ("size_resid", "size_u", "size_line",
-                                                                                "law_std")} if law else set())
+        drop = (set(left_out) | {k.replace("eps_", "w_") for k in left_out_setting}  # an offset eps is sampled as w
+                | ({f"{law}_{k}" for k in ("size_resid", "size_u", "size_line", "law_std")} if law else set()))
         return {k: np.asarray(v, dtype=float) for k, v in out.items() if k not in drop}
 
     # ---- natural-scale parameters ----------------------------------------------------------------------------
@@ -290,8 +332,9 @@ class Surface(Model):
     def prior_label(self, site: str) -> str:
         """Size scatter's sites are a reparameterization (`scalinfer.models.surface.size_scatter`): ``<v>_law_std``
         and ``<v>_size_line`` carry the prior of law v's intercept and N exponent, ``<v>_size_resid`` and
-        ``<v>_size_u`` the size scatter's (tau_<v>_size); ``eps_<v>`` the settings' scatter about the law. Each is
-        named with the `Priors` fields that set it (``Priors.scaled`` changes one)."""
+        ``<v>_size_u`` the size scatter's (tau_<v>_size); ``w_<v>`` (the pinned optima, whose offsets are
+        ``eps_<v>``) the settings' scatter about the law. Each is named with the `Priors` fields that set it
+        (``Priors.scaled`` changes one)."""
         law = {"lr": ("log eta*", "optimum_sd, lr_exp_N"), "b": ("log B*", "optimum_sd, batch_exp_N"),
                "loss": ("log L*", "loss_sd, loss_exponent_sd")}
         for v, (what, fields) in law.items():
@@ -299,8 +342,8 @@ class Surface(Model):
                 return f"{site} (the law of {what}: its intercept and N exponent, priors {fields})"
             if site in (f"{v}_size_resid", f"{v}_size_u"):
                 return f"{site} (the model sizes' scatter about the law of {what}, tau_{v}_size: prior {v}_size)"
-        if site in ("eps_lr", "eps_b"):
-            v = site[4:]
+        if site in PINNED:
+            v = site[2:]
             return f"{site} (the settings' scatter of the optimum about its law, tau_{v}: prior tau_optimum_sd)"
         return site
 

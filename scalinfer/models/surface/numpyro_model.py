@@ -18,6 +18,27 @@ known to exceed a level c_i. Each adds :math:`\log P(y_i > \log c_i) = \log \Phi
 as the observed site ``obs_censored`` (`Exceeds`: "it diverged" is 1 with that probability). The tail is
 Gaussian because JAX cannot differentiate the t CDF in nu.
 
+Settings' optima, pinned
+------------------------
+A setting's optimum is x*_s = c_s + tau eps_s with c_s its law (and size level) and eps_s ~ N(0, 1) a priori.
+Its runs pin x*_s; as seen from the mode, roughly x*_s ~ N(xhat_s, 1/D_s) (a *pin*: location xhat_s,
+precision D_s). Given the rest, x*_s is then about normal with precision P_s = 1/tau^2 + D_s about
+m_s = (c_s/tau^2 + D_s xhat_s)/P_s, so the site sampled is x*_s in those units, w_s = (x*_s - m_s) sqrt(P_s):
+with r_s = D_s tau^2,
+
+.. math::
+
+    w_s \sim \mathcal N\Big(-\frac{r_s}{\sqrt{1 + r_s}} \frac{\hat x_s - c_s}{\tau},\ \sqrt{1 + r_s}\Big),
+    \qquad \epsilon_s = \frac{r_s}{1 + r_s} \frac{\hat x_s - c_s}{\tau} + \frac{w_s}{\sqrt{1 + r_s}}
+
+(`pinned_offset`; the same for z*_s with tau_b). This is the prior eps_s ~ N(0, 1) exactly, for any pin: the
+map w -> eps is affine for each (tau, c). With D_s = 0 it is the non-centered eps_s itself; where the runs
+pin the optimum far tighter than tau (r_s >> 1) it is nearly the centered x*_s. Either alone is a funnel somewhere:
+non-centered, tau moves every eps_s with it where the runs pin tau * eps_s; centered, x*_s narrows with tau
+where they do not. In w the setting's optimum has about unit scale and no tilt against tau wherever tau is.
+`Surface.nuts_kwargs` sets the pins from the posterior mode found with D = 0; the mode search itself runs with
+D = 0 (its sites are then the non-centered eps_s).
+
 Size scatter's sites
 --------------------
 The levels' line gamma ~ N(0, tau^2 I + R P R^T) (`size_line_scale`'s Cholesky factor, `SmallNormal`'s
@@ -46,7 +67,7 @@ from scalinfer.models.surface.priors import LAW_N, PRIORS, Priors
 from scalinfer.models.surface.size_scatter import size_basis, size_offsets
 
 __all__ = ["surface_model", "Beta", "Exceeds", "SmallNormal", "IsotropicStudentT", "size_line_scale",
-           "law_given_levels"]
+           "law_given_levels", "pinned_offset"]
 
 _LOG_2PI = math.log(2 * math.pi)
 
@@ -185,6 +206,19 @@ def law_given_levels(A, std, n, s0, sN, tau):
     return jnp.stack([b1 + tau * l11 * std[..., 0], b2 + tau * (l21 * std[..., 0] + l22 * std[..., 1])], axis=-1)
 
 
+def pinned_offset(name: str, center, tau, pin):
+    """Sample site `name`, the settings' pinned optima w (this module's docstring, "Settings' optima, pinned"),
+    and return their offsets eps = (x* - center) / tau, shape (S,). `center`: each setting's law (and size level)
+    c_s; `tau`: the settings' scatter; `pin`: (2, S), the pins' locations xhat_s and precisions D_s (D = 0: w is
+    the non-centered eps). Call it inside the settings' plate."""
+    xhat, D = pin[0], pin[1]
+    r = D * tau * tau
+    q = jnp.sqrt(1.0 + r)
+    shift = r / (1.0 + r) * (xhat - center) / tau  # eps's conditional mean given the rest, as the pin sees it
+    w = numpyro.sample(name, Normal(-q * shift, q))
+    return shift + w / q
+
+
 def _size_levels(p: dict[str, Any], n_size, h_N: float, ft, left_out: str | None = None, pr: Priors = PRIORS) -> None:
     """Size scatter's sites for each law (`scalinfer.models.surface.size_scatter`): the levels A of the M sizes
     and, from its exact conditional given them, the law's intercept and N slope (into `p`). `left_out`: the law
@@ -230,7 +264,8 @@ def _size_levels(p: dict[str, Any], n_size, h_N: float, ft, left_out: str | None
 
 def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, s_cens=None, x_cens=None,
                   z_cens=None, log_level=None, diverged_obs=None, h_N=1.0, h_D=1.0, size_scatter=False,
-                  design="full", prior="default", obs_mask=None, cens_mask=None, lr_valley_by_batch=False):
+                  design="full", prior="default", obs_mask=None, cens_mask=None, lr_valley_by_batch=False,
+                  pin_lr=None, pin_b=None):
     """The NumPyro model of the surface (`scalinfer.models.surface.model`'s math, this module's likelihood).
     `design`: a reduced design (``fixed_batch``, ``fixed_lr``) samples no site of the valley its table does not vary
     (`scalinfer.models.surface.design`). `prior`: ``"default"`` (`PRIORS`), ``"population"``
@@ -239,7 +274,9 @@ def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, 
     (padding: a study that fits many tables of one design pads their arrays to one shape, so that one compiled
     program serves them all, as benchmarks/sbc.py does; `Surface` itself never pads). `lr_valley_by_batch`: the
     LR valley's log curvature and asymmetry move with the batch (sites ``c_lr_B``, ``delta_lr_B``;
-    `scalinfer.models.surface.loss`), in the full design only."""
+    `scalinfer.models.surface.loss`), in the full design only. `pin_lr`, `pin_b`: (2, S) arrays, the pins of the
+    settings' optima of LR and batch (`pinned_offset`); None: no pin (D = 0), the sites ``w_lr``, ``w_b`` are then
+    the non-centered offsets ``eps_lr``, ``eps_b`` (deterministic sites beside them either way)."""
     pr = prior if isinstance(prior, Priors) else PRIOR_SETS[prior]
     p: dict[str, Any] = {}
     left_out, left_out_setting, left_out_law = LEFT_OUT[design]
@@ -289,14 +326,15 @@ def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, 
     p = fill_left_out(p, design, 0.0, np.zeros(n_s.shape[0], ft), jnp.zeros(len(n_size), ft))
     nu = p["nu"]
     size_s = size_s if size_scatter else None
-    loss_law = laws(p, n_s, d_s)["ell"] + size_offsets(p, n_s, size_s)["ell"]
+    law, offset = laws(p, n_s, d_s), size_offsets(p, n_s, size_s)
     with numpyro.plate("setting", n_s.shape[0]):
-        # non-centered offsets of the optimum (a setting's runs pin tau * eps, not eps); the loss level centered
-        if "eps_lr" not in left_out_setting:
-            p["eps_lr"] = numpyro.sample("eps_lr", Normal(0.0, 1.0))
-        if "eps_b" not in left_out_setting:
-            p["eps_b"] = numpyro.sample("eps_b", Normal(0.0, 1.0))
-        p["ell"] = numpyro.sample("ell", Normal(loss_law, tau_loss))
+        # the optima through their pins; the loss level centered (a setting's runs pin it far tighter than tau_L)
+        for v, k, pin in (("lr", "x_star", pin_lr), ("b", "z_star", pin_b)):
+            if f"eps_{v}" not in left_out_setting:
+                pin = np.zeros((2, n_s.shape[0]), ft) if pin is None else pin
+                p[f"eps_{v}"] = numpyro.deterministic(
+                    f"eps_{v}", pinned_offset(f"w_{v}", law[k] + offset[k], p[f"tau_{v}"], pin))
+        p["ell"] = numpyro.sample("ell", Normal(law["ell"] + offset["ell"], tau_loss))
     censored = x_cens is not None and x_cens.shape[0] > 0
     if censored:  # the surface at both kinds of run in one pass: one copy of its code in a compiled program, not two
         n_obs = x_obs.shape[0]

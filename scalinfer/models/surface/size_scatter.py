@@ -59,10 +59,11 @@ def size_basis(n) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return Qf[:, :r], R[:r], Qf[:, r:]
 
 
-def size_offsets(p: dict[str, Any], n_s, size_s=None) -> dict[str, Any]:
-    """Each setting's model size's level off the law (log eta*, log B*, log L*), shape (..., S): A_m(s) - (law's
-    intercept + N slope n_s). `size_s`: each setting's size index (the data's ``size_s``); None (a fit without size
-    scatter): 0."""
+def size_offsets(p: dict[str, Any], n_s, size_s=None, keys=tuple(NEW_SETTING)) -> dict[str, Any]:
+    """Each setting's model size's level off the law (log eta*, log B*, log L*: `keys` of ``NEW_SETTING``), shape
+    (..., S): A_m(s) - (law's intercept + N slope n_s). `size_s`: each setting's size index (the data's
+    ``size_s``); None (a fit without size scatter): 0."""
     if size_s is None:
-        return {k: 0.0 for k in NEW_SETTING}
-    return {k: p[f"{v}_size"][..., size_s] - (p[LAW_N[v][0]] + p[LAW_N[v][1]] * n_s) for k, v in NEW_SETTING.items()}
+        return {k: 0.0 for k in keys}
+    return {k: p[f"{v}_size"][..., size_s] - (p[LAW_N[v][0]] + p[LAW_N[v][1]] * n_s)
+            for k, v in NEW_SETTING.items() if k in keys}
