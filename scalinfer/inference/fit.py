@@ -158,6 +158,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
                 extra["map_held"] = ",".join(hold)
                 break
     extra["map_converged"] = int(point.converged)
+    own = (kwargs, point)  # the model's own coordinates
     if method == "nuts" and (pinned := m.nuts_kwargs(kwargs, point)) is not None:
         # NUTS's coordinates from the mode (`Model.nuts_kwargs`), and the mode again in them: its start and scales
         kwargs, values = pinned
@@ -175,15 +176,6 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
 
     from scalinfer.inference.nuts import run_nuts
 
-    # start each chain at a different point of the Laplace approximation (over-dispersed a little), so
-    # that R-hat can tell if chains disagree; fall back to jitter around the mode
-    try:
-        flat = laplace_flat(point, chains, seed=seed + 1)
-    except ModelError:
-        z0 = point.flat
-        flat = z0[None] + 0.05 * np.random.default_rng(seed).normal(size=(chains, z0.shape[0]))
-    flat = _finite_starts(point, flat)
-    init = point.unravel(flat)
     _log(f"{m.name}: NUTS, {chains} chains x ({warmup} warmup + {samples} draws)", quiet)
     t1 = time.perf_counter()
     extra["target_accept"] = target_accept
@@ -207,9 +199,31 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
                  "not drawing more: a chain stuck apart from the others stays apart"), quiet)
         return not more
 
-    draws, stats = run_nuts(m.model, kwargs, init, seed=seed, preconditioner=_preconditioner(point), progress=progress,
-                            max_samples=max_samples, extend_by=extend_by, enough=enough if chains > 1 else None,
-                            **nuts_settings)
+    def nuts(kwargs, point):
+        # start each chain at a different point of the Laplace approximation (over-dispersed a little), so
+        # that R-hat can tell if chains disagree; fall back to jitter around the mode
+        try:
+            flat = laplace_flat(point, chains, seed=seed + 1)
+        except ModelError:
+            z0 = point.flat
+            flat = z0[None] + 0.05 * np.random.default_rng(seed).normal(size=(chains, z0.shape[0]))
+        init = point.unravel(_finite_starts(point, flat))
+        rhat_before[0] = float("inf")
+        return run_nuts(m.model, kwargs, init, seed=seed, preconditioner=_preconditioner(point), progress=progress,
+                        max_samples=max_samples, extend_by=extend_by, enough=enough if chains > 1 else None,
+                        **nuts_settings)
+
+    draws, stats = nuts(kwargs, point)
+    if kwargs is not own[0]:
+        extra["nuts_coordinates"] = "from the mode"
+        n_div = int(stats["diverging"].sum())
+        if n_div:  # coordinates fitted to the mode that fail somewhere: the model's own, and the fewer divergences
+            _log(f"{m.name}: {n_div} divergent transitions in NUTS's coordinates from the mode; sampling again "
+                 "in the model's own", quiet)
+            again = nuts(*own)
+            if int(again[1]["diverging"].sum()) < n_div:
+                (kwargs, point), (draws, stats) = own, again
+                extra["nuts_coordinates"] = "the model's own (fewer divergences)"
     extra["samples_extended"] = int(stats["diverging"].shape[1] - samples)
     t_nuts = time.perf_counter() - t1
     extra["warmup_leapfrog_steps"] = int(stats.pop("warmup_num_steps").sum())
