@@ -83,11 +83,15 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         chains from the Laplace approximation at the posterior mode; where the mode search does not converge
         and the model names sites to hold (`Model.mode_held`: a joint density with no maximum), at the mode
         given the fewest of those sites, in their order, for which the search converges, held at the model's
-        start values (the fit's attribute ``map_held`` names them).
+        start values (the fit's attribute ``map_held`` names them). Where the model chooses NUTS's coordinates
+        from the mode (`Model.nuts_kwargs`: the surface's pinned optima), the mode is found again in them and
+        NUTS runs there; if it diverges there, it runs again in the model's own coordinates and the fit keeps
+        the run with fewer divergences (the attribute ``nuts_coordinates`` says which).
     max_samples : where the draws so far have not converged (R-hat above `RHAT_MAX` or bulk ESS below `ESS_MIN`
         for a scalar parameter, the criteria of `Fit.warnings`), NUTS draws `EXTEND_FRACTION` x `samples` more per
         chain, continuing the same chains, until they have or `max_samples` are drawn
-        (`scalinfer.inference.nuts.run_nuts`); not where an R-hat above `RHAT_STUCK` did not fall over the last block (a chain stuck apart).
+        (`scalinfer.inference.nuts.run_nuts`); not where an R-hat above `RHAT_STUCK` did not fall over the last
+        block (a chain stuck apart).
         Default: `MAX_SAMPLES` when `samples` is left at its default, else `samples` (exactly the draws asked
         for). The fit's attribute ``samples_extended`` says how many draws per chain were added. One chain is
         never extended (R-hat compares chains).
@@ -159,7 +163,8 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
                 break
     extra["map_converged"] = int(point.converged)
     own = (kwargs, point)  # the model's own coordinates
-    if method == "nuts" and (pinned := m.nuts_kwargs(kwargs, point)) is not None:
+    pinned = m.nuts_kwargs(kwargs, point) if method == "nuts" else None
+    if pinned is not None:
         # NUTS's coordinates from the mode (`Model.nuts_kwargs`), and the mode again in them: its start and scales
         kwargs, values = pinned
         point = find_map(m.model, kwargs, values, seed=seed, hold=point.held)
@@ -214,7 +219,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
                         **nuts_settings)
 
     draws, stats = nuts(kwargs, point)
-    if kwargs is not own[0]:
+    if pinned is not None:
         extra["nuts_coordinates"] = "from the mode"
         n_div = int(stats["diverging"].sum())
         if n_div:  # coordinates fitted to the mode that fail somewhere: the model's own, and the fewer divergences
