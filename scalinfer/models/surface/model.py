@@ -349,8 +349,8 @@ class Surface(Model):
                 return f"{site} (the law of {what}: its intercept and N exponent, priors {fields})"
             if site in (f"{v}_size_resid", f"{v}_size_u"):
                 return f"{site} (the model sizes' scatter about the law of {what}, tau_{v}_size: prior {v}_size)"
-        if site in PINNED:
-            v = site[2:]
+        if site in PINNED or site in SETTING[:2]:  # eps_<v>: the sampled site of fits written before the pins
+            v = site.split("_", 1)[1]
             return f"{site} (the settings' scatter of the optimum about its law, tau_{v}: prior tau_optimum_sd)"
         return site
 
