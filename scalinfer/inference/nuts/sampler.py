@@ -476,10 +476,11 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         that give the same draws, bit for bit, as one call.
     max_samples, extend_by, enough : draw more than `samples` per chain, in blocks of `extend_by` (1 to
         `samples`; default `samples`; the last one shorter if need be), up to `max_samples` (default `samples`: no
-        more), while ``enough(draws, stats)`` (the draws and stats so far, as returned) is False. Each block continues the chains where the last stopped,
-        with the step size and mass matrix warmup set, so the draws of a run extended to n are those of one run
-        of n draws, bit for bit; a convergence criterion as `enough` is thus Vehtari et al.'s (2021) advice, "run
-        longer", made a rule. The blocks run the same compiled program as the first.
+        more), while ``enough(draws, stats)`` (the draws and stats so far, as returned) is False. Each block
+        continues the chains where the last stopped, with the step size and mass matrix warmup set, so the draws
+        of a run extended to n are those of one run of n draws, bit for bit; a convergence criterion as `enough`
+        is thus Vehtari et al.'s (2021) advice, "run longer", made a rule. The blocks run the same compiled
+        program as the first.
 
     Returns
     -------
