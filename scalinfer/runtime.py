@@ -39,7 +39,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def cache_root() -> Path:
     """scalinfer's cache folder (safe to delete): ``$SCALINFER_CACHE``, else ``$XDG_CACHE_HOME/scalinfer``,
-    else ``~/.cache/scalinfer``. It holds the compiled programs (`cache_dir`) and the trainer's corpora."""
+    else ``~/.cache/scalinfer``. It holds the compiled programs (`cache_dir`), the traced ones
+    (`scalinfer.inference.compiled.program_store`) and the trainer's corpora."""
     if os.environ.get("SCALINFER_CACHE"):
         return Path(os.environ["SCALINFER_CACHE"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "scalinfer"
@@ -81,7 +82,8 @@ def configure(n_devices: int | None = None, x64: bool = True, cache: bool = True
     x64 : turn float64 on for the whole process (``jax_enable_x64``); False leaves it as it is. Fits compute
         in float64 either way (`float64`).
     cache : turn on JAX's persistent compilation cache in `cache_dir`, keeping programs that take more than
-        `MIN_COMPILE_S` seconds to compile; not where a cache folder is configured already (the user's
+        `MIN_COMPILE_S` seconds to compile (and with it the store of traced programs,
+        `scalinfer.inference.compiled.program_store`); not where a cache folder is configured already (the user's
         ``jax_compilation_cache_dir`` or ``JAX_COMPILATION_CACHE_DIR``), nor with ``SCALINFER_NO_CACHE=1``.
         A folder that cannot be created turns it off with a note on stderr.
     multihost : join the multi-process job (``jax.distributed.initialize``), once per process, before JAX

@@ -139,3 +139,83 @@ def test_release_if_crowded_drops_the_programs(monkeypatch):
     assert not compiled.release_if_crowded() and len(cache) == 1
     monkeypatch.setattr(compiled, "_count_lines", lambda path: 10**9)
     assert compiled.release_if_crowded() and len(cache) == 0
+
+
+def _forget_programs():
+    """What a new process starts without: scalinfer's programs in memory and JAX's caches (the persistent cache
+    and the program store stay, as on disk)."""
+    import jax
+
+    from scalinfer.inference import compiled
+
+    with compiled._LOCK:
+        for cache in compiled._CACHES:
+            cache.clear()
+    jax.clear_caches()
+
+
+@pytest.mark.skipif(os.environ.get("SCALINFER_NO_CACHE") == "1", reason="persistent cache turned off")
+@pytest.mark.slow
+def test_stored_programs_are_read_back_not_traced(monkeypatch, capsys):
+    """Where the persistent cache is on, a fit's programs are stored (`compiled.StoredProgram`): a new process reads
+    them back instead of tracing the model again, and they draw exactly what the traced ones drew. A damaged
+    stored program is traced again and replaced, with a note."""
+    from jax import export
+
+    from scalinfer.inference import compiled
+
+    store = compiled.program_store()
+    assert store is not None and store.is_relative_to(os.environ["SCALINFER_CACHE"])  # the suite's own folder
+    settings = dict(SETTINGS, warmup=131, samples=41)  # shapes of programs no other test stores
+    before = set(store.glob("*")) if store.exists() else set()
+    first = scalinfer.fit(_table(401), seed=401, **settings)
+    new = set(store.glob("*")) - before
+    # at least NUTS's, whose settings no other test uses (the others' shapes may be an earlier test's)
+    assert new, "the fit stored no program"
+
+    _forget_programs()
+    traced = []
+    monkeypatch.setattr(export, "export", lambda fn, *a, **k: traced.append(fn) or pytest.fail("traced again"))
+    again = scalinfer.fit(_table(401), seed=401, **settings)
+    assert not traced
+    np.testing.assert_array_equal(again.posterior["alpha"].values, first.posterior["alpha"].values)
+    monkeypatch.undo()
+
+    for path in new:
+        path.write_bytes(b"not a program")
+    _forget_programs()
+    third = scalinfer.fit(_table(401), seed=401, **settings)
+    assert "unreadable" in capsys.readouterr().err
+    np.testing.assert_array_equal(third.posterior["alpha"].values, first.posterior["alpha"].values)
+    for path in new:  # replaced by programs that read back
+        export.deserialize(bytearray(path.read_bytes()))
+
+
+def test_only_programs_named_by_their_inputs_are_stored():
+    """A stored program is read back by its name: the model (class, options), the static arguments, the settings and
+    scalinfer's sources. Where those do not say everything the program depends on, nothing is stored: a model
+    outside scalinfer (its code is not in the digest), a closure, a non-dataclass owner, an object as a setting."""
+    from scalinfer.inference import compiled
+
+    surface = get_model("surface")
+
+    def build(model_fn, static):
+        return None
+
+    a = compiled._stored_name(build, surface.with_options(size_scatter=True).model, (("k", 1),), ())
+    b = compiled._stored_name(build, surface.with_options(size_scatter=False).model, (("k", 1),), ())
+    assert a and b and a != b  # the options are in the name
+    assert a == compiled._stored_name(build, surface.with_options(size_scatter=True).model, (("k", 1),), ())
+    assert a != compiled._stored_name(build, surface.with_options(size_scatter=True).model, (("k", 2),), ())
+    assert compiled._stored_name(build, surface.model, (), (object(),)) is None
+
+    def local_model():
+        return None
+
+    assert compiled._stored_name(build, local_model, (), ()) is None  # a test's own model (and a closure)
+
+    class NotADataclass:
+        def model(self):
+            return None
+
+    assert compiled._stored_name(build, NotADataclass().model, (), ()) is None

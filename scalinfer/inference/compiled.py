@@ -13,7 +13,9 @@ This module holds what the inference programs share:
 - `split_kwargs`: the model's keyword arguments -> (traced arguments: arrays, Python floats and None;
   static ones: Python ints, bools and strings, which a model may use for shapes or branches);
 - `program`: a decorator caching one jitted function per (model, static kwargs, settings), so a second fit
-  in the same process reuses the compiled executable without tracing again;
+  in the same process reuses the compiled executable without tracing again; where JAX's persistent cache is
+  on, the function is a `StoredProgram`, whose traced programs are kept on disk, so that a new process neither
+  traces nor compiles them;
 - `release_if_crowded`: drops the programs of this module's caches when the process nears the OS's limit on
   memory maps (never JAX's caches of the caller's own functions);
 - `model_sites`: what the model's sites are (names, types, supports), from an abstract trace that compiles
@@ -25,16 +27,20 @@ This module holds what the inference programs share:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
+import hashlib
 import inspect
+import sys
 import threading
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["split_kwargs", "join_kwargs", "program", "release_if_crowded", "model_sites", "constrain",
-           "log_densities", "tree_unraveler"]
+__all__ = ["split_kwargs", "join_kwargs", "program", "StoredProgram", "LoweredProgram", "program_store",
+           "release_if_crowded", "model_sites", "constrain", "log_densities", "tree_unraveler"]
 
 
 def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
@@ -87,10 +93,13 @@ _CACHES: list[dict[Any, Callable]] = []
 
 
 def program(build: Callable) -> Callable:
-    """Cache the result of ``build(model_fn, static, *settings)`` (a jitted function) per model and settings.
+    """Cache the result of ``build(model_fn, static, *settings)`` per model and settings: a jitted function, or a
+    tuple whose first item is one (and what goes with it). The jitted function is handed out as a
+    `StoredProgram`, named by the model, `static`, the settings and `build` (`_stored_name`), or as it is where
+    these do not name it (a model that is a closure, a setting without a faithful ``repr``).
 
-    The cache keeps the jitted function objects alive, so JAX's in-memory cache of their executables is
-    reused by later fits; JAX's persistent cache (`scalinfer.runtime.configure`) covers new processes and
+    The cache keeps the functions alive, so JAX's in-memory cache of their executables is reused by later fits;
+    JAX's persistent cache (`scalinfer.runtime.configure`) and the program store cover new processes and
     programs dropped by `release_if_crowded`.
     """
     cache: dict[Any, Callable] = {}
@@ -104,11 +113,199 @@ def program(build: Callable) -> Callable:
             if fn is None:
                 if len(cache) >= _MAX_PROGRAMS:
                     cache.pop(next(iter(cache)))
-                fn = cache[key] = build(model_fn, static, *settings)
+                built = build(model_fn, static, *settings)
+                name = _stored_name(build, model_fn, static, settings)
+                if isinstance(built, tuple):
+                    fn = (StoredProgram(built[0], name), *built[1:])
+                else:
+                    fn = StoredProgram(built, name)
+                cache[key] = fn
         return fn
 
     get.cache = cache  # type: ignore[attr-defined]
     return get
+
+
+# ---- the program store ----------------------------------------------------------------------------------------
+
+#: the values a stored program's name may hold: those whose ``repr`` says all they are
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, (tuple, list)):
+        return all(_plain(v) for v in value)
+    return isinstance(value, _PLAIN) or isinstance(value, np.generic)
+
+
+#: scalinfer's own folder: the models whose programs are stored are those defined in it
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+@functools.cache
+def _source_digest() -> str:
+    """SHA-256 of scalinfer's sources (every ``.py`` of the package) and the versions of JAX, jaxlib and NumPyro:
+    a stored program is only ever read back by the code that traced it."""
+    import jax
+    import jaxlib
+    import numpyro
+
+    h = hashlib.sha256(f"jax {jax.__version__} jaxlib {jaxlib.__version__} numpyro {numpyro.__version__}".encode())
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        h.update(str(path.relative_to(_PACKAGE)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _stored_name(build: Callable, model_fn: Callable, static: tuple, settings: tuple) -> str | None:
+    """What a `program`'s function computes, as a string that changes with anything that can change it: the
+    program (`build`), the model (its class and its fields' values, or a module-level function), `static`, the
+    settings, and the sources (`_source_digest`). None for a model defined outside scalinfer (a user's or a
+    test's: the code it calls is not in the digest) and where one of these has no faithful ``repr`` (a model
+    that is a closure or not a dataclass, a setting that is an object): such programs are traced in every
+    process."""
+    if inspect.ismethod(model_fn):
+        owner = model_fn.__self__
+        if not dataclasses.is_dataclass(owner):
+            return None
+        fields = tuple((f.name, getattr(owner, f.name)) for f in dataclasses.fields(owner))
+        if not _plain([v for _, v in fields]):
+            return None
+        cls = type(owner)
+        model = f"{cls.__module__}.{cls.__qualname__}.{model_fn.__func__.__name__}{fields!r}"
+    elif inspect.isfunction(model_fn) and model_fn.__closure__ is None and "<locals>" not in model_fn.__qualname__:
+        cls = model_fn
+        model = f"{model_fn.__module__}.{model_fn.__qualname__}"
+    else:
+        return None
+    flat_settings = [v for s in settings for v in (s if isinstance(s, tuple) else (s,))]
+    if not _plain([v for _, v in static]) or not _plain(flat_settings):
+        return None
+    try:
+        source = inspect.getsourcefile(cls)
+    except TypeError:
+        source = None
+    if source is None or not Path(source).resolve().is_relative_to(_PACKAGE):
+        return None
+    return f"{build.__module__}.{build.__qualname__}|{model}|{static!r}|{settings!r}|{_source_digest()}"
+
+
+def program_store() -> Path | None:
+    """Where `StoredProgram` keeps traced programs: ``scalinfer.runtime.cache_root() / "programs"``, where
+    JAX's persistent compilation cache is on (`scalinfer.runtime.configure`, or the user's own setting); None
+    (nothing stored) where it is off."""
+    import jax
+
+    from scalinfer.runtime import cache_root
+
+    return cache_root() / "programs" if jax.config.jax_compilation_cache_dir else None
+
+
+def _shapes(args: tuple) -> str:
+    """The arguments' tree, shapes, dtypes and weak types: what JAX traces a jitted function again for (a NumPy
+    array and a JAX array of the same shape and dtype are one program; so are two placements of an array)."""
+    import jax
+
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    parts = [str(tree)]
+    for x in leaves:
+        aval = jax.typeof(x)  # a Python scalar: a weakly typed 0-d array, as JAX traces it
+        parts.append(f"{aval.shape}{aval.dtype}{'weak' if aval.weak_type else ''}")
+    return "|".join(parts)
+
+
+class StoredProgram:
+    """A jitted function whose programs (one per argument shapes) are kept on disk as `jax.export` modules,
+    so that a new process neither traces nor (with JAX's persistent cache) compiles them.
+
+    Why: JAX's persistent cache is keyed by the lowered program, so a new process still traces and lowers every
+    program before it can look one up; for the surface model that is ~2 s per fit (its gradient's trace), more
+    than the rest of a warm fit's set-up. A stored program is read back in milliseconds, and its call (a jitted
+    ``Exported.call``) finds its executable in the persistent cache.
+
+    ``fn(*args)`` calls the program for these arguments' shapes; ``fn.lower(*args)`` lowers it
+    (`LoweredProgram`), whose ``compile()``, in any thread, hands the executable to later calls with arguments
+    of these shapes. With a `name` (`_stored_name`) and a store (`program_store`), the program is read from
+    ``store / sha256(name, shapes)`` or, if not there (or unreadable), traced, exported and written there
+    (atomically); either way the call runs the exported program, so the first process and the next run the
+    same one. Without a name or a store, the jitted function itself."""
+
+    def __init__(self, jitted: Callable, name: str | None):
+        self.jitted, self.name = jitted, name
+        self._programs: dict[str, Callable] = {}
+        self._compiled: dict[str, Callable] = {}
+        self._lock = threading.Lock()
+
+    def _for(self, shapes: str, args: tuple) -> Callable:
+        store = program_store() if self.name is not None else None
+        if store is None:
+            return self.jitted
+        import jax
+
+        key = hashlib.sha256(f"{self.name}|x64={jax.config.jax_enable_x64}|{jax.devices()}|{shapes}".encode()
+                             ).hexdigest()
+        with self._lock:
+            fn = self._programs.get(key)
+            if fn is None:
+                exported = self._exported(store / key, args)
+
+                def call(*a):
+                    return exported.call(*a)
+
+                # named as the function stored, for JAX's compile logs and cache
+                call.__name__ = call.__qualname__ = getattr(self.jitted, "__name__", "call")
+                fn = self._programs[key] = jax.jit(call)
+        return fn
+
+    def _exported(self, path: Path, args: tuple):
+        from jax import export
+
+        try:
+            return export.deserialize(bytearray(path.read_bytes()))
+        except FileNotFoundError:
+            pass
+        except Exception as e:  # a damaged or foreign file: traced again, and replaced
+            print(f"scalinfer: stored program {path} unreadable ({type(e).__name__}); tracing it again",
+                  file=sys.stderr)
+        exported = export.export(self.jitted)(*args)
+        try:
+            from scalinfer._io import atomic_write_bytes
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(path, exported.serialize())
+        except OSError as e:  # a full or read-only cache is no reason to fail
+            print(f"scalinfer: cannot store program {path} ({e.strerror or e})", file=sys.stderr)
+        return exported
+
+    def lower(self, *args: Any) -> LoweredProgram:
+        shapes = _shapes(args)
+
+        def keep(compiled):
+            with self._lock:
+                self._compiled[shapes] = compiled
+
+        return LoweredProgram(self._for(shapes, args).lower(*args), keep)
+
+    def __call__(self, *args: Any) -> Any:
+        shapes = _shapes(args)
+        compiled = self._compiled.get(shapes)
+        return compiled(*args) if compiled is not None else self._for(shapes, args)(*args)
+
+
+class LoweredProgram:
+    """A `StoredProgram`'s program lowered for some arguments (`lowered`, a ``jax.stages.Lowered``).
+    ``compile()`` compiles it (XLA releases the GIL: a thread can, while another traces) and hands the
+    executable to the program, whose calls with arguments of these shapes run it from then on: a later call
+    does not look for it again (a jitted ``Exported.call`` called after its ``lower().compile()`` in another
+    thread compiled it a second time)."""
+
+    def __init__(self, lowered, keep: Callable[[Any], None]):
+        self.lowered, self._keep = lowered, keep
+
+    def compile(self):
+        compiled = self.lowered.compile()
+        self._keep(compiled)
+        return compiled
 
 
 def _count_lines(path: str) -> int | None:

@@ -41,7 +41,7 @@ from numpyro.infer.initialization import init_to_median, init_to_value
 from numpyro.infer.util import potential_energy
 
 from scalinfer.errors import ModelError
-from scalinfer.inference.compiled import constrain, join_kwargs, program, split_kwargs, tree_unraveler
+from scalinfer.inference.compiled import LoweredProgram, constrain, join_kwargs, program, split_kwargs, tree_unraveler
 
 __all__ = ["PointFit", "find_map", "unconstrained_like", "laplace_draws", "laplace_flat"]
 
@@ -98,10 +98,10 @@ class Objective:
         self.unravel = tree_unraveler(z_like)
         self._program = _batch_program(model_fn, self.static)
 
-    def lower(self) -> jax.stages.Lowered:
+    def lower(self) -> LoweredProgram:
         """The program a call evaluates, traced and lowered but not compiled: ``.compile()`` it in a thread while
-        this one does other work (`scalinfer.fit` compiles it beside NUTS's program); a later call finds it
-        compiled, as JAX keys its cache of executables by the program and its arguments' shapes."""
+        this one does other work (`scalinfer.fit` compiles it beside NUTS's program); a later call runs that
+        executable (`scalinfer.inference.compiled.LoweredProgram`)."""
         return self._program.lower(np.zeros((self.rows, self.dim)), self.z_like, self.dyn)
 
     def __call__(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

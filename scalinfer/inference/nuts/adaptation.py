@@ -25,7 +25,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
+from jax import export, lax
 from jax.scipy.linalg import solve_triangular
 from numpyro.infer.hmc_util import build_adaptation_schedule
 
@@ -248,6 +248,11 @@ class WindowAdaptationState(NamedTuple):
     step_size: DualAveragingState
     moments: WelfordState
     draws: jax.Array
+
+
+# the adaptation's state is part of NUTS's stored programs' signature (`scalinfer.inference.compiled.StoredProgram`)
+for _state in (NutsParameters, DualAveragingState, WelfordState, WindowAdaptationState):
+    export.register_namedtuple_serialization(_state, serialized_name=f"scalinfer.nuts.{_state.__name__}")
 
 
 def pooled_moments(state: WelfordState, axis_name: str) -> WelfordState:

@@ -40,19 +40,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import sys
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
+from jax import export, lax
 from numpyro.infer.hmc_util import IntegratorState, build_tree, euclidean_kinetic_energy, velocity_verlet
 from numpyro.infer.util import potential_energy
 from tqdm import tqdm
 
 from scalinfer.errors import ModelError
-from scalinfer.inference.compiled import constrain, join_kwargs, program, split_kwargs, tree_unraveler
+from scalinfer.inference.compiled import (LoweredProgram, constrain, join_kwargs, program, split_kwargs,
+                                         tree_unraveler)
 from scalinfer.inference.nuts.adaptation import ADAPT, NutsConfig, NutsParameters, window_adaptation
 from scalinfer.inference.optimize import Objective
 
@@ -236,6 +238,15 @@ class _Loop(NamedTuple):
     stats: NutsStats
     warm_steps: jax.Array
     warm_step_size: jax.Array
+
+
+# what NUTS's program takes and returns, named for its stored form (`scalinfer.inference.compiled.StoredProgram`)
+for _node in (NutsStats, ChainState, ChainStart, _Loop):
+    export.register_namedtuple_serialization(_node, serialized_name=f"scalinfer.nuts.{_node.__name__}")
+export.register_pytree_node_serialization(
+    Preconditioner, serialized_name="scalinfer.nuts.Preconditioner",
+    serialize_auxdata=lambda meta: json.dumps(meta).encode(),  # (sites,): its one meta field
+    deserialize_auxdata=lambda data: (tuple((name, tuple(shape)) for name, shape in json.loads(data)[0]),))
 
 
 def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: str | None = None, chains: int = 1):
@@ -424,16 +435,16 @@ def _program_and_arguments(model_fn: Callable, model_kwargs: dict[str, Any], fir
 def lower_nuts(model_fn: Callable, model_kwargs: dict[str, Any], like: dict[str, Any], *, chains: int,
                warmup: int, samples: int, adapt: str = "dense", target_accept: float = 0.8, max_tree_depth: int = 10,
                warmup_tree_depth: int | None = None, chain_method: str = "parallel",
-               potential_dtype: str | None = None) -> jax.stages.Lowered:
+               potential_dtype: str | None = None) -> LoweredProgram:
     """The program `run_nuts` runs with these settings, traced and lowered but not compiled, for unconstrained
     sites shaped as `like` (name -> array of one chain; only the shapes matter: neither the chains' starts nor the
     preconditioner's values enter the program).
 
-    ``.compile()`` of the result releases the GIL while XLA compiles (seconds on CPU), so a caller can compile the
-    program in a thread while it finds the chains' starts, as `scalinfer.fit` does while it searches for the
-    posterior mode; `run_nuts` then finds it compiled, since JAX keys its cache of executables by the program and
-    the shapes of its arguments. Tracing stays in the caller's thread: NumPyro's effect handlers live on one
-    process-wide stack."""
+    ``.compile()`` of the result (a `scalinfer.inference.compiled.LoweredProgram`) releases the GIL while XLA
+    compiles (seconds on CPU), so a caller can compile the program in a thread while it finds the chains' starts,
+    as `scalinfer.fit` does while it searches for the posterior mode; `run_nuts` then runs that executable (the
+    program keeps it for arguments of these shapes). Tracing stays in the caller's thread: NumPyro's effect
+    handlers live on one process-wide stack."""
     config = _config(warmup, samples, adapt, target_accept, max_tree_depth, warmup_tree_depth, potential_dtype)
     preconditioner = Preconditioner.around({k: np.zeros(v.shape) for k, v in like.items()})
     d = preconditioner.dim
