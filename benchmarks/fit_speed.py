@@ -12,7 +12,8 @@ model sizes adds size scatter, at 1.5-1.7x the wall time: row 8) on Step Law's 1
    (``--no-check`` skips it);
 2. scalinfer NUTS, cold: ``scalinfer.fit(runs, model="surface", size_scatter=False, chains=4, warmup=W,
    samples=S, seed=0)`` with another new, empty compilation cache (``SCALINFER_CACHE``);
-3. scalinfer NUTS, warm: the same fit in a new process that finds its programs in that cache;
+3. scalinfer NUTS, warm: the same fit in a new process that finds its programs in that cache, traced
+   (`scalinfer.inference.compiled.StoredProgram`) and compiled;
 4. nutpie, cold: the PyMC model on the same centred arrays (``prepare(runs)`` of that model), compiled by
    ``nutpie.compile_pymc_model`` (numba, empty PyTensor and numba caches) and sampled by
    ``nutpie.sample(compiled, chains=4, tune=W, draws=S, seed=0, cores=2)`` (nutpie's defaults otherwise:
