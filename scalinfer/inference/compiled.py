@@ -242,8 +242,9 @@ class StoredProgram:
             return self.jitted
         import jax
 
-        key = hashlib.sha256(f"{self.name}|x64={jax.config.jax_enable_x64}|{jax.devices()}|{shapes}".encode()
-                             ).hexdigest()
+        # the settings that change how JAX lowers a traced program, and the devices it is lowered for
+        config = (jax.config.jax_enable_x64, jax.config.jax_default_matmul_precision, jax.devices())
+        key = hashlib.sha256(f"{self.name}|{config}|{shapes}".encode()).hexdigest()
         with self._lock:
             fn = self._programs.get(key)
             if fn is None:
