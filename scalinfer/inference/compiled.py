@@ -95,8 +95,9 @@ _CACHES: list[dict[Any, Callable]] = []
 def program(build: Callable) -> Callable:
     """Cache the result of ``build(model_fn, static, *settings)`` per model and settings: a jitted function, or a
     tuple whose first item is one (and what goes with it). The jitted function is handed out as a
-    `StoredProgram`, named by the model, `static`, the settings and `build` (`_stored_name`), or as it is where
-    these do not name it (a model that is a closure, a setting without a faithful ``repr``).
+    `StoredProgram`, named by the model, `static`, the settings and `build` (`_stored_name`); without a name
+    where these cannot say all the program depends on (a model defined outside scalinfer, a closure, a setting
+    without a faithful ``repr``), and then traced in every process.
 
     The cache keeps the functions alive, so JAX's in-memory cache of their executables is reused by later fits;
     JAX's persistent cache (`scalinfer.runtime.configure`) and the program store cover new processes and
@@ -219,9 +220,9 @@ class StoredProgram:
     so that a new process neither traces nor (with JAX's persistent cache) compiles them.
 
     Why: JAX's persistent cache is keyed by the lowered program, so a new process still traces and lowers every
-    program before it can look one up; for the surface model that is ~2 s per fit (its gradient's trace), more
-    than the rest of a warm fit's set-up. A stored program is read back in milliseconds, and its call (a jitted
-    ``Exported.call``) finds its executable in the persistent cache.
+    program before it can look one up; for the surface model (whose gradient every program traces) that was most
+    of a warm fit's set-up (benchmarks/README.md, "fit_speed.py"). A stored program is read back without tracing,
+    and its call (a jitted ``Exported.call``) finds its executable in the persistent cache.
 
     ``fn(*args)`` calls the program for these arguments' shapes; ``fn.lower(*args)`` lowers it
     (`LoweredProgram`), whose ``compile()``, in any thread, hands the executable to later calls with arguments
