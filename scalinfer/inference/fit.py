@@ -344,15 +344,18 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
     """Assemble the DataTree: posterior (+ derived natural-scale parameters), stats, log-likelihood, data."""
     from arviz_base import from_dict
 
+    from scalinfer.inference.compiled import model_sites
+
     draws.update(_derived(m, draws, constants))
     groups: dict[str, dict[str, Any]] = {"posterior": draws}
     if stats:
         groups["sample_stats"] = {
             "diverging": stats["diverging"].astype(bool), "n_steps": stats["num_steps"],
             "acceptance_rate": stats["accept_prob"], "energy": stats["energy"]}
-    bounds = _support_bounds(m, kwargs) if kwargs is not None else {}
+    sites = model_sites(m.model, kwargs) if kwargs is not None else {}  # one abstract trace for both below
+    bounds = _support_bounds(m, kwargs, sites) if kwargs is not None else {}
     if kwargs is not None and method != "map":  # one draw: nothing to estimate LOO from
-        groups["log_likelihood"], log_prior = _log_densities(m, kwargs, draws)
+        groups["log_likelihood"], log_prior = _log_densities(m, kwargs, draws, sites)
     observed = {k: v for k, v in data.items() if k in m.observed}
     if observed:
         groups["observed_data"] = observed
@@ -403,12 +406,11 @@ def _fitted_model(attrs: dict[str, Any]) -> Model:
     return model.with_options(**json.loads(str(options))) if options else model
 
 
-def _support_bounds(m: Model, kwargs) -> dict[str, tuple[float, float]]:
-    """(lower, upper) of each scalar sampled site's support, where finite on at least one side."""
-    from scalinfer.inference.compiled import model_sites
-
+def _support_bounds(m: Model, kwargs, sites: dict[str, dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """(lower, upper) of each scalar sampled site's support, where finite on at least one side. `sites`: the
+    model's on `kwargs` (`scalinfer.inference.compiled.model_sites`)."""
     out, traced = {}, []
-    for k, site in model_sites(m.model, kwargs).items():
+    for k, site in sites.items():
         if site["type"] != "sample" or site["is_observed"] or site["ndim"] != 0:
             continue
         if (site["has_lower"] and site["lower"] is None) or (site["has_upper"] and site["upper"] is None):
@@ -444,18 +446,14 @@ def _run_columns(runs: RunTable) -> list[str]:
     return out
 
 
-def _log_densities(m: Model, kwargs, draws) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def _log_densities(m: Model, kwargs, draws, sites: dict[str, dict[str, Any]]
+                   ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(log likelihood, log prior) at the draws of the model's latent sites (`sites`: the model's on `kwargs`,
+    `scalinfer.inference.compiled.model_sites`)."""
     from scalinfer.inference.compiled import log_densities
 
-    sites = _sample_sites(m, kwargs)
-    return log_densities(m.model, {k: v for k, v in draws.items() if k in sites}, kwargs, batch_ndims=2)
-
-
-def _sample_sites(m: Model, kwargs) -> set[str]:
-    from scalinfer.inference.compiled import model_sites
-
-    return {k for k, s in model_sites(m.model, kwargs).items()
-            if s["type"] in ("sample", "deterministic") and not s["is_observed"]}
+    latent = {k for k, s in sites.items() if s["type"] in ("sample", "deterministic") and not s["is_observed"]}
+    return log_densities(m.model, {k: v for k, v in draws.items() if k in latent}, kwargs, batch_ndims=2)
 
 
 class Fit:

@@ -7,10 +7,10 @@ Everything here runs on one compiled program per model and data shapes, `_batch_
 (negative log joint, *summed* over runs) and its gradient at a batch of unconstrained points (a `vmap` of
 `jax.value_and_grad`), with the data as an argument (see `scalinfer.inference.compiled`). The rest is NumPy:
 
-- **Newton.** Each iteration takes the Hessian by forward differences of the gradient (one batch at
-  x + h e_i; h = eps^(1/2), so the error is ~1e-8 relative in float64), replaces its
+- **Newton.** Each iteration takes the Hessian by forward differences of the gradient (at x + h e_i, in one
+  batch or a few; h = eps^(1/2), so the error is ~1e-8 relative in float64), replaces its
   eigenvalues by their absolute values (a saddle is left, not approached: the joint density of a
-  hierarchical model has saddles), and evaluates the step at every length 1, 1/2, 1/4, ... in one batch,
+  hierarchical model has saddles), and evaluates the step at lengths 1, 1/2, 1/4, ... a batch at a time,
   keeping the longest that meets Armijo's condition. It stops when the largest gradient component is below
   `gtol`, or, once it is below `CONVERGED_GRAD`, when the Newton decrement g' |H|^-1 g / 2 (what the step
   expects to gain) is below `DECREMENT_TOL` relative to the potential: there the sum over the runs has reached
@@ -46,10 +46,12 @@ from scalinfer.inference.compiled import LoweredProgram, constrain, join_kwargs,
 __all__ = ["PointFit", "find_map", "unconstrained_like", "laplace_draws", "laplace_flat"]
 
 #: rows of the batched potential-and-gradient program: parameters + 1 (a Hessian by forward differences in
-#: one batch), at most MAX_BATCH, and at most MAX_BATCH_ELEMENTS / (data elements) so that long tables keep
-#: the batch's intermediates small
+#: one batch), at most MAX_BATCH, and at most MAX_BATCH_ELEMENTS / (data elements): on a long table a batch's
+#: intermediates (rows x runs values each) then stay within a CPU's caches, where a larger batch costs more per
+#: row, and a Newton step's line search (which needs only its first few step lengths) evaluates fewer points
+#: (benchmarks/README.md, "fit_speed.py")
 MAX_BATCH = 128
-MAX_BATCH_ELEMENTS = 2**23
+MAX_BATCH_ELEMENTS = 2**18
 #: the mode search has converged when the largest gradient component is below this (`PointFit.converged`)
 CONVERGED_GRAD = 1e-3
 #: once converged, Newton stops when its decrement, the potential's expected fall g' |H|^-1 g / 2, is below this
