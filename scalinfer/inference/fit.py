@@ -13,6 +13,7 @@ and reopens without refitting (`load_fit`, which also reads the files of `READ_F
 from __future__ import annotations
 
 import datetime as _dt
+import importlib
 import io
 import json
 import os
@@ -136,6 +137,12 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     from scalinfer.inference.compiled import release_if_crowded
     from scalinfer.inference.optimize import find_map, laplace_draws, laplace_flat
 
+    # ArviZ (the draws' diagnostics and their DataTree; about a second of imports) imported in a thread while the
+    # mode is searched for, much of which runs in XLA without the GIL; else, with the programs found compiled, that
+    # second would lie between the mode and NUTS
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scalinfer-import")
+    arviz_imported = pool.submit(importlib.import_module, "arviz_stats")  # arviz_stats imports arviz_base
+    pool.shutdown(wait=False)
     if release_if_crowded():
         _log("dropped the compiled programs of earlier fits (this process neared the OS's memory-map limit); "
              "they come back from the persistent cache", quiet)
@@ -184,11 +191,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     _log(f"{m.name}: NUTS, {chains} chains x ({warmup} warmup + {samples} draws)", quiet)
     t1 = time.perf_counter()
     extra["target_accept"] = target_accept
-    # ArviZ (the draws' diagnostics and their DataTree) imported while NUTS's program may still compile: a second
-    # of Python that would otherwise follow the draws
-    import arviz_base  # noqa: F401
-    import arviz_stats  # noqa: F401
-
+    arviz_imported.result()  # (or the error importing it)
     nuts_compiled.result()  # compiled while the mode was searched for (or the error compiling it)
 
     rhat_before = [float("inf")]  # the worst R-hat of the draws one block ago
