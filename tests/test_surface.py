@@ -645,7 +645,8 @@ def test_the_models_student_t_is_numpyros():
             def total(kind, args):
                 return jnp.sum(kind(*args).log_prob(x))
 
-            ours = jax.grad(lambda a: total(StudentT, a))((jnp.float64(nu), jnp.asarray(loc), jnp.asarray(scale)))
-            theirs = jax.grad(lambda a: total(dist.StudentT, a))((jnp.float64(nu), jnp.asarray(loc), jnp.asarray(scale)))
+            at = (jnp.float64(nu), jnp.asarray(loc), jnp.asarray(scale))
+            ours = jax.grad(lambda a: total(StudentT, a))(at)
+            theirs = jax.grad(lambda a: total(dist.StudentT, a))(at)
             for o, t in zip(ours, theirs):
                 np.testing.assert_allclose(o, t, rtol=1e-11, atol=1e-12)

@@ -76,7 +76,8 @@ _LOG_2PI = math.log(2 * math.pi)
 #: density (a select per element) and checks constant arguments at trace time, one JAX operation at a time,
 #: each compiled on its own; the model builds every argument valid and its parameters reach their supports
 #: through NumPyro's transforms, so neither can fail here (the data are checked where they are read).
-Normal, HalfNormal, Gamma = (functools.partial(d, validate_args=False) for d in (dist.Normal, dist.HalfNormal, dist.Gamma))
+Normal, HalfNormal, Gamma = (functools.partial(d, validate_args=False)
+                             for d in (dist.Normal, dist.HalfNormal, dist.Gamma))
 
 
 class Beta(dist.Beta):
