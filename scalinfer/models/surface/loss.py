@@ -38,8 +38,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax.numpy as jnp
-
 from scalinfer.laws.batch import log_batch_opt_law
 from scalinfer.laws.lr import log_lr_opt_at_batch, log_lr_opt_law, valley
 from scalinfer.models.surface.priors import PRIORS
@@ -82,6 +80,8 @@ def surface_terms(p: dict[str, Any], n_s, d_s, s, x, z, size_s=None):
     x, z : log LR - m_lr and log batch - m_B of each run.
     size_s : each setting's model size, with size scatter (else None).
     """
+    import jax.numpy as jnp  # here, not at the module's top: a prediction (NumPy on saved draws) imports no JAX
+
     values = setting_values(p, n_s, d_s, size_s)
     # the settings' values gathered to the runs in one gather (..., S, k) -> (..., R, k): its gradient is then one
     # scatter-add of k-wide rows, where k gathers of (..., S) would scatter-add value by value k times
