@@ -234,8 +234,8 @@ class Surface(Model):
 
         None (no pins: NUTS samples eps itself) where `point` is the mode given held sites (`mode_held`): sigma0
         held at its start value makes every run's likelihood, and so D, as sharp as that start says, not as the
-        posterior's sigma0. On (Mis)Fitting's table (a held mode) such pins left tau_lr at bulk ESS 387-451 after
-        4,000 draws per chain at seeds 0-2, where without them the fit converged at 2,500-3,000."""
+        posterior's sigma0: on (Mis)Fitting's table (a held mode) such pins made tau_lr mix worse than no pins
+        (benchmarks/README.md, "defaults.py", the settings' optima pinned)."""
         if point.held:
             return None
         from scalinfer.laws.batch import log_batch_opt_law
