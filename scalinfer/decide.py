@@ -456,7 +456,7 @@ def divergence_model(fit, keep: np.ndarray | None = None, seed: int = 0, prior_s
     n = len(next(iter(p.values())))  # a reduced design's (one batch or one LR) left-out sites at their values there
     p = fill_left_out(p, design_of(c), np.zeros((n, 1)), np.zeros((n, len(a["n_s"]))),
                       np.zeros((n, int(c.get("n_sizes", 0)))))
-    v = {k: np.asarray(w) for k, w in setting_values(p, a["n_s"], a["d_s"], size_s).items()}
+    v = {k: np.asarray(w) for k, w in setting_values(p, a["n_s"], a["d_s"], size_s, xp=np).items()}
     s_all = np.concatenate([a["s_obs"], a["s_cens"]]).astype(int)
     x = np.concatenate([a["x_obs"], a["x_cens"]])
     z = np.concatenate([a["z_obs"], a["z_cens"]])

@@ -49,6 +49,7 @@ from scalinfer.laws import (
     tokens_to_target_wsd,
     tokens_wsd_piecewise,
     valley,
+    valley_at,
     wsd_piecewise_coefficients,
     zhou_lr_opt,
 )
@@ -164,6 +165,18 @@ def test_valley_matches_its_formula(size, above, log_c, delta, p):
     u = size if above else -size  # |u| >= 0.01: the plain formula's cancellation stays below 1e-11
     C = math.exp(log_c + delta if above else log_c - delta)
     close(valley(u, log_c, delta, p), 2 * C / p * ((1 + u * u) ** (p / 2) - 1), rel=1e-10)
+
+
+def test_valley_at_its_curvatures_is_the_valley():
+    """`valley_at` given C_-+ = exp(log c -+ delta) is `valley`: the same operations in the same order (the surface
+    model computes the curvatures once per setting). Tolerance 4 ulp: the one difference is that exp runs on
+    other arrays, and a vectorized exp may round an element one ulp apart in a SIMD lane and in a loop's tail."""
+    u = np.linspace(-3.0, 3.0, 41)
+    log_c, delta, p = np.linspace(-6.0, 1.0, 41), 0.37, 1.3
+    below, above = np.exp(log_c - delta), np.exp(log_c + delta)
+    expect = valley(u, log_c, delta, p, xp=np)
+    np.testing.assert_allclose(valley_at(u, below, above, p, xp=np), expect, rtol=1e-15, atol=0)
+    np.testing.assert_allclose(np.asarray(valley_at(u, below, above, p)), expect, rtol=1e-15, atol=0)
 
 
 def test_valley_is_quadratic_near_and_a_power_far_from_the_optimum():
@@ -509,6 +522,7 @@ CASES = [
     (loss_wsd, dict(D=2e13, L0=1.8, A=55.0, gamma=0.3), "D"),
     (tokens_to_target_wsd, dict(L_target=1.9, L0=1.8, A=55.0, gamma=0.3), "L_target"),
     (valley, dict(offset=1.0, log_c=-3.0, delta=0.5, p=1.5), "offset"),
+    (valley_at, dict(offset=1.0, below=0.03, above=0.08, p=1.5), "offset"),
     (log_lr_opt_at_batch, dict(log_batch=15.0, log_lr_opt=-6.0, log_batch_opt=14.0, kappa1=0.5, kappa2=-0.2),
      "log_batch"),
     (lr_opt_law, dict(N=1e12, D=2e13, log_c=math.log(1.79), a=-0.713, b=0.307), "N"),

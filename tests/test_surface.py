@@ -95,7 +95,7 @@ def test_map_predicts_the_laws_value(sim):
 
 @pytest.mark.slow
 def test_censored_runs_change_the_posterior():
-    """Diverged runs are censored observations: dropping them must move the posterior of the upper LR valley."""
+    """Diverged runs are censored observations: a fit that sees them predicts their losses above their levels."""
     from scalinfer.models.surface import MODEL
 
     params = {**MODEL.true_params(), "diverge_above": 0.45}  # most of the high-LR side diverges
@@ -106,17 +106,13 @@ def test_censored_runs_change_the_posterior():
     assert n_div >= 10
     with_c = scalinfer.fit(_runs(df), model="surface", method="map", seed=0)
     without = scalinfer.fit(_runs(df[~df["diverged"]]), model="surface", method="map", seed=0)
-    a, b = with_c.summary(), without.summary()
     assert with_c.constants["n_censored"] == n_div and without.constants["n_censored"] == 0
-    # the upper LR valley's log curvature (c_lr0 + delta_lr at the data's middle) moves: far above the
-    # optimizer's tolerance. Its direction is not asserted: on 4 settings the MAP trades curvature against
-    # the exponent p and the optimum's position, so which of them absorbs the censored runs varies.
-    up_with = a["c_lr0"]["q50"] + a["delta_lr"]["q50"]
-    up_without = b["c_lr0"]["q50"] + b["delta_lr"]["q50"]
-    assert abs(up_with - up_without) > 0.05
-    # what censoring says, checked where it says it: each diverged run's loss, had it converged, exceeds its
-    # level (the loss of the converged run below it). The fit that saw them must predict that for (nearly)
-    # all of them, and for no fewer than the fit that did not.
+    # No parameter's value is asserted: on this table the joint density has no maximum (the runs' noise scale
+    # sigma0 runs to 0), so neither mode search converges and each stops where Newton's rounding leaves it (the
+    # upper LR valley's log curvature c_lr0 + delta_lr moved by 1.03 between the two fits at one rounding of the
+    # gradient, by 0.03 at another). What censoring says is checked where it says it: each diverged run's loss,
+    # had it converged, exceeds its level (the loss of the converged run below it). The fit that saw them must
+    # predict that for (nearly) all of them, and for no fewer than the fit that did not.
     from scalinfer.models.surface import surface_terms
     from scalinfer.plots.surface import _data, _setting_draws
 

@@ -17,8 +17,11 @@ def _shape(**extra):
 
 
 def _setting(n: int):
-    return {"x_star": np.zeros(n), "z_star": np.zeros(n), "ell": np.zeros(n), "log_c_lr": np.full(n, -4.0),
-            "log_c_b": np.full(n, -4.0), "kappa1": np.full(n, 0.5)}
+    from scalinfer.models.surface import curvatures
+
+    log_c = {"log_c_lr": np.full(n, -4.0), "log_c_b": np.full(n, -4.0)}
+    return {"x_star": np.zeros(n), "z_star": np.zeros(n), "ell": np.zeros(n), **curvatures(log_c, _shape(), np),
+            "kappa1": np.full(n, 0.5)}
 
 
 def test_the_coupling_is_the_separable_valley_with_moved_curvature_and_asymmetry():

@@ -451,8 +451,8 @@ def _log_densities_program(model_fn, static):
     return jax.jit(scalinfer_log_densities)
 
 
-def log_densities(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str, Any], batch_ndims: int = 2
-                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def log_densities(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str, Any], batch_ndims: int = 2,
+                  dtype: str | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     r"""(log likelihood, log prior) of the model at `samples` (the latent sites' values, arrays with `batch_ndims`
     leading batch axes, e.g. (chain, draw)), from one trace of the model per draw.
 
@@ -466,10 +466,27 @@ def log_densities(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str,
       (`scalinfer.inference.sensitivity`).
 
     The model runs under NumPyro's `substitute` and `trace` handlers, one draw at a time under `jax.vmap`, as one
-    compiled program with the data as an argument (cached per model and static arguments)."""
+    compiled program with the data as an argument (cached per model and static arguments).
+
+    `dtype`: the float type to evaluate in (``"float32"``: the samples and the data cast to it, as a float32 NUTS
+    potential evaluates them; None: as given). The results are float64 either way."""
     dynamic, static = split_kwargs(kwargs)
     lead = np.shape(next(iter(samples.values())))[:batch_ndims]
     flat = {k: np.reshape(v, (-1, *np.shape(v)[batch_ndims:])) for k, v in samples.items()}
+    if dtype is not None:
+        flat, dynamic = _cast_floats((flat, dynamic), np.dtype(dtype))
     likelihood, prior = _log_densities_program(model_fn, static)(flat, dynamic)
-    return ({k: np.asarray(v).reshape(*lead, *np.shape(v)[1:]) for k, v in likelihood.items()},
-            {k: np.asarray(v).reshape(lead) for k, v in prior.items()})
+    return ({k: np.asarray(v, float).reshape(*lead, *np.shape(v)[1:]) for k, v in likelihood.items()},
+            {k: np.asarray(v, float).reshape(lead) for k, v in prior.items()})
+
+
+def _cast_floats(tree, dtype: np.dtype):
+    """The floating-point leaves of `tree` (arrays and Python floats) as NumPy values of `dtype`."""
+    import jax
+
+    def cast(x):
+        if isinstance(x, float) or np.issubdtype(np.asarray(x).dtype, np.floating):
+            return np.asarray(x, dtype)
+        return x
+
+    return jax.tree.map(cast, tree)

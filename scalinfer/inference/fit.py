@@ -103,8 +103,9 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         parameters gives a matrix with shrunk correlations, see `scalinfer.inference.nuts.shrunk_covariance`),
         ``"diag"`` or ``"none"``.
     potential_dtype : ``"float32"`` or ``"float64"``: the float type NUTS evaluates the log density in
-        (default: the model's `potential_dtype`; float32 is faster per gradient on CPU). The mode,
-        its curvature and the draws' constrained values are float64 either way.
+        (default: the model's `potential_dtype`; float32 is faster per gradient on CPU), and so the fit's
+        pointwise log likelihood and log prior at its draws (the density they were drawn from; stored as
+        float64). The mode, its curvature and the draws' constrained values are float64 either way.
     quiet : no report of the fit's steps on stderr.
     progress : NUTS's progress bar on stderr (iterations, divergent draws, elapsed, what is left); None
         (default): only when stderr is a terminal. It changes no draw (`scalinfer.inference.nuts.run_nuts`).
@@ -238,7 +239,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     extra["potential_dtype"] = potential_dtype or str(np.result_type(float))
     stats.pop("warmup_step_size")  # run_nuts's adaptation trace: the fit keeps only what warmup cost
     _log(f"{m.name}: NUTS took {t_nuts:.1f} s", quiet)
-    tree = _to_tree(m, runs, data, constants, draws, stats, kwargs, method, extra)
+    tree = _to_tree(m, runs, data, constants, draws, stats, kwargs, method, extra, potential_dtype)
     return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map, "nuts_s": t_nuts}, model=m)
 
 
@@ -343,8 +344,11 @@ def _more_draws(draws: dict[str, np.ndarray], rhat_before: float = float("inf"))
     return bool(out) and (worst <= RHAT_STUCK or worst < rhat_before), ", ".join(out) or None, worst
 
 
-def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, method, extra=None):
-    """Assemble the DataTree: posterior (+ derived natural-scale parameters), stats, log-likelihood, data."""
+def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, method, extra=None,
+             potential_dtype: str | None = None):
+    """Assemble the DataTree: posterior (+ derived natural-scale parameters), stats, log-likelihood, data.
+    `potential_dtype`: the float type NUTS evaluated the log density in, and the log densities are evaluated in
+    (the density the draws were sampled from; their values are stored as float64)."""
     from arviz_base import from_dict
 
     from scalinfer.inference.compiled import model_sites
@@ -358,7 +362,7 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
     sites = model_sites(m.model, kwargs) if kwargs is not None else {}  # one abstract trace for both below
     bounds = _support_bounds(m, kwargs, sites) if kwargs is not None else {}
     if kwargs is not None and method != "map":  # one draw: nothing to estimate LOO from
-        groups["log_likelihood"], log_prior = _log_densities(m, kwargs, draws, sites)
+        groups["log_likelihood"], log_prior = _log_densities(m, kwargs, draws, sites, potential_dtype)
     observed = {k: v for k, v in data.items() if k in m.observed}
     if observed:
         groups["observed_data"] = observed
@@ -449,14 +453,15 @@ def _run_columns(runs: RunTable) -> list[str]:
     return out
 
 
-def _log_densities(m: Model, kwargs, draws, sites: dict[str, dict[str, Any]]
+def _log_densities(m: Model, kwargs, draws, sites: dict[str, dict[str, Any]], dtype: str | None = None
                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(log likelihood, log prior) at the draws of the model's latent sites (`sites`: the model's on `kwargs`,
-    `scalinfer.inference.compiled.model_sites`)."""
+    `scalinfer.inference.compiled.model_sites`), evaluated in `dtype` (None: float64)."""
     from scalinfer.inference.compiled import log_densities
 
     latent = {k for k, s in sites.items() if s["type"] in ("sample", "deterministic") and not s["is_observed"]}
-    return log_densities(m.model, {k: v for k, v in draws.items() if k in latent}, kwargs, batch_ndims=2)
+    return log_densities(m.model, {k: v for k, v in draws.items() if k in latent}, kwargs, batch_ndims=2,
+                         dtype=None if dtype == "float64" else dtype)
 
 
 class Fit:

@@ -27,7 +27,7 @@ _MODULES = {
         "loss_wsd", "tokens_to_target_wsd",
     ),
     "lr": (  # sections 3-4
-        "valley", "lr_opt_law", "log_lr_opt_law", "log_lr_opt_at_batch",
+        "valley", "valley_at", "lr_opt_law", "log_lr_opt_law", "log_lr_opt_at_batch",
     ),
     "batch": (  # section 5
         "steps_openai", "tokens_openai", "tokens_at_steps_openai", "batch_crit_openai", "b_simple_from_grad_norms",

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import jax
 
-__all__ = ["valley", "log_lr_opt_law", "lr_opt_law", "log_lr_opt_at_batch"]
+__all__ = ["valley", "valley_at", "log_lr_opt_law", "lr_opt_law", "log_lr_opt_at_batch"]
 
 
 def valley(offset, log_c, delta=0.0, p=2.0, xp=None) -> jax.Array:
@@ -71,8 +71,28 @@ def valley(offset, log_c, delta=0.0, p=2.0, xp=None) -> jax.Array:
     """
     if xp is None:
         import jax.numpy as xp
-    log_curv = xp.where(offset < 0, log_c - delta, log_c + delta)
-    return xp.exp(log_curv) * (2.0 / p) * xp.expm1(0.5 * p * xp.log1p(offset * offset))
+    return xp.exp(xp.where(offset < 0, log_c - delta, log_c + delta)) * (2.0 / p) * _rise(offset, p, xp)
+
+
+def valley_at(offset, below, above, p=2.0, xp=None) -> jax.Array:
+    r"""`valley` given its two curvatures, C_- (`below`, for u < 0) and C_+ (`above`), not log c and delta:
+    V(u) = (2 C_\pm / p)((1 + u^2)^{p/2} - 1). What a model evaluates when many points share a valley: the
+    curvatures exp(log c -+ delta) computed once per valley, not once per point.
+
+    Examples
+    --------
+    >>> import math
+    >>> f"{float(valley_at(math.log(3.0), 0.01, 0.05)):.6f}"  # above the optimum: C_+ (log 3)^2
+    '0.060347'
+    """
+    if xp is None:
+        import jax.numpy as xp
+    return xp.where(offset < 0, below, above) * (2.0 / p) * _rise(offset, p, xp)
+
+
+def _rise(offset, p, xp):
+    """(1 + u^2)^{p/2} - 1."""
+    return xp.expm1(0.5 * p * xp.log1p(offset * offset))
 
 
 def log_lr_opt_law(log_N, log_D, log_c, a, b) -> jax.Array:

@@ -135,7 +135,8 @@ def _ridge_factor(fit, best) -> np.ndarray:
     from scalinfer.models.surface import setting_values
 
     data, p = _data(fit), _setting_draws(fit)
-    z_star = np.median(np.asarray(setting_values(p, data["n_s"], data["d_s"], _size_s(fit, data))["z_star"]), axis=0)
+    values = setting_values(p, data["n_s"], data["d_s"], _size_s(fit, data), xp=np)
+    z_star = np.median(np.asarray(values["z_star"]), axis=0)
     k1, k2 = float(np.median(p["kappa1"])), float(np.median(p["kappa2"]))
     z_run = np.log(best["batch_tokens"].to_numpy(float)) - fit.constants["m_b"]
     return np.exp(-np.asarray(log_lr_opt_at_batch(z_run, 0.0, z_star[best["_s"].to_numpy(int)], k1, k2)))
@@ -237,7 +238,7 @@ def valley_figure(fit, axis: str = "lr", ncols: int = 4, ci: tuple[float, ...] =
             env = np.array([y_ok[mine & np.isclose(z_ok, z)].min() for z in zs])
             grid_z = np.linspace(zs.min() - 0.2, zs.max() + 0.2, 80)
             # loss at the best LR of each batch: on the ridge, where the LR valley is zero
-            v = {k: a[:, s:s + 1] for k, a in setting_values(p, n_s, d_s, size_s).items()}
+            v = {k: a[:, s:s + 1] for k, a in setting_values(p, n_s, d_s, size_s, xp=np).items()}
             ridge = log_lr_opt_at_batch(grid_z[None], v["x_star"], v["z_star"], v["kappa1"], p["kappa2"])
             mu, _ = surface_terms(p, n_s, d_s, np.full(grid_z.shape, s), ridge, grid_z[None], size_s)
             grid, pts_x, pts_y = np.exp(c["m_b"] + grid_z), np.exp(c["m_b"] + zs), env

@@ -22,7 +22,7 @@ import importlib
 
 from scalinfer.models.surface.data import (DIVERGENCE_RATIO, censor_levels, require_lr_and_batch, settings_of,
                                            sizes_of)
-from scalinfer.models.surface.loss import laws, setting_values, surface_at, surface_terms
+from scalinfer.models.surface.loss import curvatures, laws, setting_values, surface_at, surface_terms
 from scalinfer.models.surface.model import MODEL, Surface
 from scalinfer.models.surface.priors import (PINNED, PRIORS, SCALARS, SETTING, SIZE, SIZE_PRIOR, VALLEY_BY_BATCH,
                                              Priors)
@@ -33,7 +33,7 @@ _NUMPYRO = ("surface_model", "Exceeds", "SmallNormal", "IsotropicStudentT", "siz
             "pinned_offset")
 
 __all__ = ["Surface", "MODEL", "surface_model", "Priors", "PRIORS", "SCALARS", "VALLEY_BY_BATCH", "SETTING", "PINNED",
-           "SIZE", "SIZE_PRIOR", "Exceeds", "SmallNormal", "IsotropicStudentT", "laws", "setting_values",
+           "SIZE", "SIZE_PRIOR", "Exceeds", "SmallNormal", "IsotropicStudentT", "laws", "curvatures", "setting_values",
            "surface_terms", "surface_at", "DIVERGENCE_RATIO", "settings_of", "sizes_of", "censor_levels",
            "require_lr_and_batch", "size_basis", "size_line_scale", "law_given_levels", "size_offsets",
            "pinned_offset"]

@@ -28,7 +28,10 @@ their meaning: only how fast the loss rises off the ridge depends on the batch. 
     \ell = g_0 + g_N \tilde n + g_D \tilde d
 
 and a setting's optimum sits off them by tau * eps_s (and, with size scatter, by its size's level:
-`scalinfer.models.surface.size_scatter`); its loss level ell_s is sampled around the loss law.
+`scalinfer.models.surface.size_scatter`); its loss level ell_s is sampled around the loss law. Each setting's
+valleys are given by their curvatures C_-+ = exp(log C -+ delta) (`curvatures`), computed once per setting, not
+once per run (`scalinfer.laws.lr.valley_at`); with ``lr_valley_by_batch`` a run's LR-valley curvatures are its
+setting's times exp(v (c_etaB -+ delta_etaB)).
 
 Parameters come as a dict `p` of arrays; scalars may carry leading batch dims (e.g. (n_draws, 1)) that
 broadcast against the per-setting (..., S) and per-run arrays.
@@ -39,11 +42,11 @@ from __future__ import annotations
 from typing import Any
 
 from scalinfer.laws.batch import log_batch_opt_law
-from scalinfer.laws.lr import log_lr_opt_at_batch, log_lr_opt_law, valley
+from scalinfer.laws.lr import log_lr_opt_at_batch, log_lr_opt_law, valley_at
 from scalinfer.models.surface.priors import PRIORS
 from scalinfer.models.surface.size_scatter import size_offsets
 
-__all__ = ["laws", "setting_values", "surface_terms", "surface_at"]
+__all__ = ["laws", "curvatures", "setting_values", "surface_terms", "surface_at"]
 
 
 def laws(p: dict[str, Any], n, d) -> dict[str, Any]:
@@ -58,15 +61,24 @@ def laws(p: dict[str, Any], n, d) -> dict[str, Any]:
     }
 
 
-def setting_values(p: dict[str, Any], n_s, d_s, size_s=None) -> dict[str, Any]:
-    """Each fitted setting's optimum, loss level and valley shape, shape (..., S). `size_s`: each setting's model
-    size with size scatter, else None."""
+def curvatures(law: dict[str, Any], p: dict[str, Any], xp=None) -> dict[str, Any]:
+    """The valleys' curvatures below and above their optima, C_-+ = exp(log C -+ delta), from the laws' log
+    curvatures (``log_c_lr``, ``log_c_b`` of `laws`) and `p`'s asymmetries (``delta_lr``, ``delta_b``):
+    ``c_lr_below``, ``c_lr_above``, ``c_b_below``, ``c_b_above``. `xp`: the array namespace (None: JAX's)."""
+    if xp is None:
+        import jax.numpy as xp
+    return {f"c_{v}_{side}": xp.exp(law[f"log_c_{v}"] + sign * p[f"delta_{v}"])
+            for v in ("lr", "b") for side, sign in (("below", -1.0), ("above", 1.0))}
+
+
+def setting_values(p: dict[str, Any], n_s, d_s, size_s=None, xp=None) -> dict[str, Any]:
+    """Each fitted setting's optimum, loss level and valleys' curvatures (`curvatures`), shape (..., S). `size_s`:
+    each setting's model size with size scatter, else None. `xp`: the array namespace (None: JAX's)."""
     law = laws(p, n_s, d_s)
     off = size_offsets(p, n_s, size_s)
     return {"x_star": law["x_star"] + off["x_star"] + p["tau_lr"] * p["eps_lr"],
             "z_star": law["z_star"] + off["z_star"] + p["tau_b"] * p["eps_b"],
-            "ell": p["ell"], "log_c_lr": law["log_c_lr"], "log_c_b": law["log_c_b"],
-            "kappa1": p["kappa1"] + 0.0 * p["ell"]}
+            "ell": p["ell"], **curvatures(law, p, xp), "kappa1": p["kappa1"] + 0.0 * p["ell"]}
 
 
 def surface_terms(p: dict[str, Any], n_s, d_s, s, x, z, size_s=None):
@@ -82,7 +94,7 @@ def surface_terms(p: dict[str, Any], n_s, d_s, s, x, z, size_s=None):
     """
     import jax.numpy as jnp  # here, not at the module's top: a prediction (NumPy on saved draws) imports no JAX
 
-    values = setting_values(p, n_s, d_s, size_s)
+    values = setting_values(p, n_s, d_s, size_s, xp=jnp)
     # the settings' values gathered to the runs in one gather (..., S, k) -> (..., R, k): its gradient is then one
     # scatter-add of k-wide rows, where k gathers of (..., S) would scatter-add value by value k times
     stacked = jnp.stack(jnp.broadcast_arrays(*values.values()), axis=-1)[..., s, :]
@@ -91,16 +103,20 @@ def surface_terms(p: dict[str, Any], n_s, d_s, s, x, z, size_s=None):
 
 def surface_at(p, v, x, z, xp=None):
     """(mean log loss - m_y, excess over the optimum) at (x, z) for per-point setting values `v` (see
-    `setting_values`). `xp`: the valleys' array namespace (`scalinfer.laws.lr.valley`; None: its default).
+    `setting_values`). `xp`: the array namespace (None: JAX's).
 
     Where `p` has ``c_lr_B`` and ``delta_lr_B`` (the option ``lr_valley_by_batch``) the LR valley's log
-    curvature and asymmetry move with the batch's distance from the setting's B* (module docstring); a `p`
-    without them is the separable valley (they are 0)."""
+    curvature and asymmetry move with the batch's distance v from the setting's B* (module docstring): its
+    curvatures are the setting's times exp(v (c_lr_B -+ delta_lr_B)); a `p` without them is the separable valley
+    (they are 0)."""
+    if xp is None:
+        import jax.numpy as xp
     ridge = log_lr_opt_at_batch(z, v["x_star"], v["z_star"], v["kappa1"], p["kappa2"])
     off_b = z - v["z_star"]
-    log_c_lr, delta_lr = v["log_c_lr"], p["delta_lr"]
+    below, above = v["c_lr_below"], v["c_lr_above"]
     if "c_lr_B" in p:
-        log_c_lr, delta_lr = log_c_lr + p["c_lr_B"] * off_b, delta_lr + p["delta_lr_B"] * off_b
-    excess = (valley(x - ridge, log_c_lr, delta_lr, PRIORS.p(p["p_lr_unit"]), xp=xp)
-              + valley(off_b, v["log_c_b"], p["delta_b"], PRIORS.p(p["p_b_unit"]), xp=xp))
+        below = below * xp.exp(off_b * (p["c_lr_B"] - p["delta_lr_B"]))
+        above = above * xp.exp(off_b * (p["c_lr_B"] + p["delta_lr_B"]))
+    excess = (valley_at(x - ridge, below, above, PRIORS.p(p["p_lr_unit"]), xp=xp)
+              + valley_at(off_b, v["c_b_below"], v["c_b_above"], PRIORS.p(p["p_b_unit"]), xp=xp))
     return v["ell"] + excess, excess

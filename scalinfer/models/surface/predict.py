@@ -29,7 +29,7 @@ from scalinfer.errors import ModelError
 from scalinfer.laws.lr import log_lr_opt_at_batch
 from scalinfer.models.base import Arrays
 from scalinfer.models.surface.design import LEFT_OUT, design_of, fill_left_out
-from scalinfer.models.surface.loss import laws, surface_at
+from scalinfer.models.surface.loss import curvatures, laws, surface_at
 from scalinfer.models.surface.priors import LAW_N, NEW_SETTING, SCALARS, SIZE, VALLEY_BY_BATCH
 from scalinfer.models.surface.size_scatter import size_offsets
 
@@ -156,7 +156,7 @@ def _predict_core(p, eps, c, log_N, log_D, log_lr, log_b, size=None, xp=np) -> d
     if size is not None:  # of a fitted size (its level) or of a new one (its own offset)
         off, idx = size
         v = {k: v[k] + off[i][:, idx] for i, k in enumerate(NEW_SETTING)}
-    v.update(log_c_lr=law["log_c_lr"], log_c_b=law["log_c_b"], kappa1=q["kappa1"] + 0.0 * law["x_star"])
+    v.update(curvatures(law, q, xp), kappa1=q["kappa1"] + 0.0 * law["x_star"])
     out = {"lr_opt": xp.exp(c["m_lr"] + v["x_star"]), "batch_opt": xp.exp(c["m_b"] + v["z_star"]),
            "loss_opt": xp.exp(c["m_y"] + v["ell"])}
     z = v["z_star"] if log_b is None else log_b - c["m_b"]

@@ -39,7 +39,7 @@ import pandas as pd
 from scalinfer.errors import ModelError
 from scalinfer.laws.lr import log_lr_opt_at_batch
 from scalinfer.models.surface.data import settings_of, sizes_of
-from scalinfer.models.surface.loss import laws, surface_at
+from scalinfer.models.surface.loss import curvatures, laws, surface_at
 from scalinfer.models.surface.priors import NEW_SETTING, PRIORS
 
 __all__ = ["TRUE_PARAMS", "Variant", "simulate", "law_optima", "default_design"]
@@ -138,9 +138,9 @@ def simulate(params: dict[str, float], design: pd.DataFrame, seed: int = 0,
     law = _natural_laws(q, logN, logD, variant)
     v = {k: law[k] + q[f"tau_{t}"] * eps[i] + q[f"tau_{t}_size"] * eps_size[i]
          for i, (k, t) in enumerate(NEW_SETTING.items())}
-    v.update(log_c_lr=law["log_c_lr"], log_c_b=law["log_c_b"], kappa1=np.full(S, q["kappa1"]))
     shape = {"kappa2": q["kappa2"], "delta_lr": q["delta_lr"], "delta_b": q["delta_b"],
              "p_lr_unit": PRIORS.p_unit(q["p_lr"]), "p_b_unit": PRIORS.p_unit(q["p_b"])}
+    v.update(curvatures(law, shape, np), kappa1=np.full(S, q["kappa1"]))
     x, z = np.log(df["lr"].to_numpy(float)), np.log(df["batch_tokens"].to_numpy(float))
     at = {k: a[s_idx] for k, a in v.items()}
     if variant is not None:  # the LR valley's width and asymmetry move with each run's batch off its setting's B*
