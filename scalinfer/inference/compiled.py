@@ -289,9 +289,15 @@ class StoredProgram:
         return LoweredProgram(self._for(shapes, args).lower(*args), keep)
 
     def __call__(self, *args: Any) -> Any:
+        return self.resolve(*args)(*args)
+
+    def resolve(self, *args: Any) -> Callable:
+        """What a call with arguments of these shapes runs (the executable `LoweredProgram.compile` handed over,
+        else the stored or jitted function): a caller that calls it many times with such arguments (the mode
+        search's batches) can keep it and skip working out the arguments' shapes each time."""
         shapes = _shapes(args)
         compiled = self._compiled.get(shapes)
-        return compiled(*args) if compiled is not None else self._for(shapes, args)(*args)
+        return compiled if compiled is not None else self._for(shapes, args)
 
 
 class LoweredProgram:

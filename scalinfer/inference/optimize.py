@@ -92,13 +92,16 @@ class Objective:
 
     def __init__(self, model_fn: Callable, model_kwargs: dict[str, Any], z_like: dict[str, Any]):
         self.model_fn, self.model_kwargs = model_fn, dict(model_kwargs)
-        self.dyn, self.static = split_kwargs(model_kwargs)
+        dyn, self.static = split_kwargs(model_kwargs)
+        # on the device once: a call would otherwise copy every data array in again
+        self.dyn = jax.device_put(dyn)
         self.z_like = {k: jnp.asarray(v) for k, v in z_like.items()}
         self.dim = int(sum(np.size(v) for v in z_like.values()))
         data_size = sum(int(np.size(v)) for v in jax.tree_util.tree_leaves(self.dyn))
         self.rows = max(1, min(self.dim + 1, MAX_BATCH, MAX_BATCH_ELEMENTS // max(data_size, 1)))
         self.unravel = tree_unraveler(z_like)
         self._program = _batch_program(model_fn, self.static)
+        self._run: Callable | None = None  # the program for this batch's shapes, once called (`StoredProgram.resolve`)
 
     def lower(self) -> LoweredProgram:
         """The program a call evaluates, traced and lowered but not compiled: ``.compile()`` it in a thread while
@@ -114,7 +117,10 @@ class Objective:
         x = np.concatenate([flat, np.repeat(flat[:1], pad, axis=0)]) if pad else flat
         f, g = [], []
         for i in range(0, x.shape[0], self.rows):
-            fi, gi = self._program(x[i:i + self.rows], self.z_like, self.dyn)
+            args = (x[i:i + self.rows], self.z_like, self.dyn)
+            if self._run is None:
+                self._run = self._program.resolve(*args)
+            fi, gi = self._run(*args)
             f.append(np.asarray(fi, dtype=float))
             g.append(np.asarray(gi, dtype=float))
         return np.concatenate(f)[:n], np.concatenate(g)[:n]
