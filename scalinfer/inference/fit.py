@@ -138,11 +138,13 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     from scalinfer.inference.compiled import release_if_crowded
     from scalinfer.inference.optimize import find_map, laplace_draws, laplace_flat
 
-    # ArviZ (the draws' diagnostics and their DataTree; about a second of imports) imported in a thread while the
-    # mode is searched for, much of which runs in XLA without the GIL; else, with the programs found compiled, that
-    # second would lie between the mode and NUTS
+    # ArviZ imported in a thread while the mode is searched for, much of which runs in XLA without the GIL; else,
+    # with the programs found compiled, its imports would lie between the mode and NUTS: arviz_base (the DataTree,
+    # ~0.3 s) and, where NUTS may draw more until its draws converge (`enough`), arviz_stats (their diagnostics;
+    # ~0.7 s, most of it SciPy's statistics, which a fit of a fixed number of draws does not need)
+    checks = method == "nuts" and chains > 1 and max_samples > samples
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scalinfer-import")
-    arviz_imported = pool.submit(importlib.import_module, "arviz_stats")  # arviz_stats imports arviz_base
+    arviz_imported = pool.submit(importlib.import_module, "arviz_stats" if checks else "arviz_base")
     pool.shutdown(wait=False)
     if release_if_crowded():
         _log("dropped the compiled programs of earlier fits (this process neared the OS's memory-map limit); "
