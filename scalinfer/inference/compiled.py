@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["split_kwargs", "join_kwargs", "program", "StoredProgram", "LoweredProgram", "program_store",
-           "release_if_crowded", "model_sites", "constrain", "log_densities", "tree_unraveler"]
+           "release_if_crowded", "model_sites", "constrain", "lower_constrain", "log_densities", "tree_unraveler"]
 
 
 def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
@@ -429,6 +429,14 @@ def constrain(model_fn: Callable, z: dict[str, Any], kwargs: dict[str, Any], bat
     flat = {k: np.reshape(v, (-1, *np.shape(v)[batch_ndims:])) for k, v in z.items()}
     out = _constrain_program(model_fn, static)(flat, dynamic)
     return {k: np.asarray(v).reshape(*lead, *np.shape(v)[1:]) for k, v in out.items()}
+
+
+def lower_constrain(model_fn: Callable, z: dict[str, Any], kwargs: dict[str, Any]) -> LoweredProgram:
+    """The program `constrain` runs at unconstrained draws shaped like `z` (one batch axis), lowered:
+    ``.compile()`` it in a thread (`scalinfer.fit` compiles the one of the mode's values beside the mode search's
+    program), and a later `constrain` of such draws runs it."""
+    dynamic, static = split_kwargs(kwargs)
+    return _constrain_program(model_fn, static).lower(z, dynamic)
 
 
 @program

@@ -248,19 +248,23 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
 def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_settings: dict[str, Any]
                    ) -> tuple[Future, Future | None]:
     """Compile the programs of the mode search and of NUTS (with `nuts_settings`; empty: no NUTS) in threads,
-    before the mode is known: their shapes are (`unconstrained_like`). Returns their compilations' futures.
+    before the mode is known: their shapes are (`unconstrained_like`). Returns their compilations' futures. The
+    program of the mode's constrained values (`PointFit.params`) compiles beside them; a failure there is not
+    awaited: the values' own call compiles it again and says what failed.
 
     The models are traced here, one program after the other: NumPyro's effect handlers live on one
     process-wide stack, so two threads must not trace at once. XLA compiles with the GIL released, so NUTS's
     program compiles while the mode search's is traced, compiled and run."""
+    from scalinfer.inference.compiled import lower_constrain
     from scalinfer.inference.nuts import lower_nuts
     from scalinfer.inference.optimize import Objective, unconstrained_like
 
     like = {k: np.zeros(v.shape, v.dtype) for k, v in unconstrained_like(m.model, kwargs, start, seed).items()}
-    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="scalinfer-compile")
+    pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="scalinfer-compile")
     try:  # NUTS's first: its program takes the longest to compile
         nuts = pool.submit(lower_nuts(m.model, kwargs, like, **nuts_settings).compile) if nuts_settings else None
         mode = pool.submit(Objective(m.model, kwargs, like).lower().compile)
+        pool.submit(lower_constrain(m.model, {k: v[None] for k, v in like.items()}, kwargs).compile)
         return mode, nuts
     finally:
         pool.shutdown(wait=False)  # the threads end with the compilations
