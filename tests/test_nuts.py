@@ -4,6 +4,7 @@ shrunk short windows). The targets are Gaussians: their answers are known exactl
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
@@ -215,9 +216,11 @@ def test_dual_averaging_converges_to_the_step_size_of_the_target_acceptance():
 def test_the_step_size_adapts_toward_the_target_acceptance_on_a_gaussian():
     # a 10-d standard normal, targets 0.6 and 0.95: the lower target ends warmup with the longer step and
     # its kept transitions accept less. Each mean acceptance is near its target, not at it: warmup ends on
-    # the dual average exp(x_bar), a geometric mean of the iterates, below the iterates that met the target
-    # (so the realized acceptance runs above a low target); the acceptance statistic's sd is ~0.2, so over
-    # 2 x 400 correlated transitions the mean's se is ~0.01-0.02, against a tolerance of 0.15
+    # the dual average exp(x_bar), a geometric mean of the iterates, below the iterates that met the target,
+    # so the realized acceptance runs above a low target: 0.67-0.78 for 0.6 at seeds 0-7 (0.759 at this
+    # seed on an AMD EPYC, 0.943-0.954 for 0.95), hence the one-sided band [0.6, 0.85] for the low target.
+    # The acceptance statistic's sd is ~0.2, so over 2 x 400 correlated transitions the mean's se is
+    # ~0.01-0.02: the 0.05 band about the high target is 2.5-5 of them
     configure(2)
     init = {"x": np.zeros((2, 10))}
     out = {}
@@ -226,7 +229,8 @@ def test_the_step_size_adapts_toward_the_target_acceptance_on_a_gaussian():
                             warmup=300, samples=400, seed=1, chain_method="vectorized", adapt="diag",
                             target_accept=target)
         out[target] = stats
-        assert abs(stats["accept_prob"].mean() - target) < 0.15
+        low, high = (target, target + 0.25) if target < 0.9 else (target - 0.05, target + 0.05)
+        assert low <= stats["accept_prob"].mean() <= high
         assert not stats["diverging"].any()
     assert out[0.6]["accept_prob"].mean() < out[0.95]["accept_prob"].mean() - 0.1
     assert out[0.6]["warmup_step_size"][:, -1].mean() > out[0.95]["warmup_step_size"][:, -1].mean()
@@ -254,6 +258,30 @@ def test_window_adaptation_sets_the_mass_matrix_from_the_last_window():
     # acceptance at the target throughout: the dual average stays at its centre mu, which starts at
     # log(10 * 1) and restarts at log(10 * the step size) at each slow window's end: 10, 100, then 1,000
     np.testing.assert_allclose(float(parameters.step_size), 1000.0, rtol=1e-10)
+
+
+def test_a_given_metric_is_kept_until_a_window_of_enough_draws():
+    # d = 30 and one chain: a window replaces a given metric only with WINDOW_DRAWS * 30 = 120 draws, so
+    # Stan's windows of 500 iterations, 75-99 (25 draws), 100-149 (50) and 150-249 (100), run on as one,
+    # 75-249 (175), which ends at 249; from the identity the first ends at 99, as Stan's
+    configure(2)
+    dim, warmup = 30, 500
+    assert [(w.start, w.end) for w in build_adaptation_schedule(warmup)[1:4]] == [(75, 99), (100, 149), (150, 249)]
+    metric = np.diag(np.linspace(0.5, 2.0, dim))
+    positions = np.random.default_rng(0).normal(size=(warmup, dim)) * 3.0
+    init, update, _ = window_adaptation(warmup, dim, "dense", 0.8)
+    update = jax.jit(update)  # (eagerly, each update runs its conds and factorizations op by op)
+    given, identity = init(1.0, metric), init(1.0, np.identity(dim))
+    assert bool(given.informed) and not bool(identity.informed)
+    np.testing.assert_allclose(np.asarray(given.parameters.inverse_mass_matrix), metric, rtol=1e-12)
+    for i in range(250):
+        given, identity = (update(s, i, positions[i], 0.8) for s in (given, identity))
+        if i == 99:  # the identity's first window (shrunk: 25 < SHRINK_BELOW * 30 draws) replaced it
+            assert not np.allclose(np.asarray(identity.parameters.inverse_mass_matrix), np.identity(dim))
+        if i < 249:
+            np.testing.assert_allclose(np.asarray(given.parameters.inverse_mass_matrix), metric, rtol=1e-12)
+    inverse, _ = regularized_mass_matrix(np.cov(positions[75:250].T), 175)
+    np.testing.assert_allclose(np.asarray(given.parameters.inverse_mass_matrix), np.asarray(inverse), rtol=1e-9)
 
 
 def test_correlated_gaussian_draws_have_its_covariance():

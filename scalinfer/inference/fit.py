@@ -210,7 +210,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
                  "not drawing more: a chain stuck apart from the others stays apart"), quiet)
         return not more
 
-    def nuts(kwargs, point):
+    def nuts(kwargs, point, metric: bool):
         # start each chain at a different point of the Laplace approximation (over-dispersed a little), so
         # that R-hat can tell if chains disagree; fall back to jitter around the mode
         try:
@@ -220,18 +220,19 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
             flat = z0[None] + 0.05 * np.random.default_rng(seed).normal(size=(chains, z0.shape[0]))
         init = point.unravel(_finite_starts(point, flat))
         rhat_before[0] = float("inf")
-        return run_nuts(m.model, kwargs, init, seed=seed, preconditioner=_preconditioner(point), progress=progress,
+        return run_nuts(m.model, kwargs, init, seed=seed, preconditioner=_preconditioner(point, metric),
+                        progress=progress,
                         max_samples=max_samples, extend_by=extend_by, enough=enough if chains > 1 else None,
                         **nuts_settings)
 
-    draws, stats = nuts(kwargs, point)
+    draws, stats = nuts(kwargs, point, metric=pinned is not None)
     if pinned is not None:
         extra["nuts_coordinates"] = "from the mode"
         n_div = int(stats["diverging"].sum())
         if n_div:  # coordinates fitted to the mode that fail somewhere: the model's own, and the fewer divergences
             _log(f"{m.name}: {n_div} divergent transitions in NUTS's coordinates from the mode; sampling again "
                  "in the model's own", quiet)
-            again = nuts(*own)
+            again = nuts(*own, metric=False)
             if int(again[1]["diverging"].sum()) < n_div:
                 (kwargs, point), (draws, stats) = own, again
                 extra["nuts_coordinates"] = "the model's own (fewer divergences)"
@@ -270,31 +271,41 @@ def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_sett
         pool.shutdown(wait=False)  # the threads end with the compilations
 
 
-def _preconditioner(point):
+def _preconditioner(point, metric: bool):
     """NUTS's coordinates w = (z - mode) / scale (a `scalinfer.inference.nuts.Preconditioner`), z the flat
     unconstrained point, the scales the Laplace standard deviations, or 1/sqrt(diagonal curvature) where
     the Hessian at the mode is not positive definite (a saddle of a hierarchical joint density), clipped to
-    [1e-8, 10].
+    [1e-8, 10]. With `metric` (and a positive definite Hessian) warmup starts from the Laplace covariance
+    in w, H^-1 / (scale scale'): the Laplace correlations where no scale is clipped; else from the identity.
 
-    Only the scales are taken, not the Laplace correlations: at the joint mode of a hierarchical model the
-    Gaussian is a poor guide to the posterior's shape. On Step Law's table the posterior mean of tau_lr lies
-    19 Laplace standard deviations from the mode and the posterior covariance, in coordinates whitened by the
-    full Laplace covariance, has eigenvalues from 0.003 to 500: NUTS on those coordinates took 260 leapfrog
-    steps per draw, against 15 with per-coordinate scales and a dense mass matrix adapted in warmup."""
+    `metric` is for coordinates fitted to the mode (`Model.nuts_kwargs`). In a hierarchical model's own
+    coordinates the Gaussian at the joint mode is a poor guide to the posterior's shape: on Step Law's table
+    the posterior mean of tau_lr lies 19 Laplace standard deviations from the mode and the posterior covariance,
+    in coordinates whitened by the full Laplace covariance, has eigenvalues from 0.003 to 500 (NUTS there took
+    260 leapfrog steps per draw, against 15 with per-coordinate scales and a dense mass matrix adapted in
+    warmup); on the quickstart's table warmup's first iterations took as many steps from it as from the
+    identity (~60). In the surface's pinned coordinates it is a good one: 14-18 steps on Step Law against
+    31-37 from the identity, 20-24 on the quickstart's against ~60, until warmup's first full window
+    (benchmarks/README.md, "warmup.py")."""
     from scalinfer.inference.nuts import Preconditioner
 
     z0 = point.flat
     hess = point.hessian()
-    sd = None
+    sd, cov = None, None
     if np.all(np.isfinite(hess)):
         w, V = np.linalg.eigh(hess)
         if w.min() > 0:
             sd = np.sqrt(np.einsum("ij,j,ij->i", V, 1.0 / w, V))
+            if metric:
+                cov = (V / w) @ V.T
+                cov = 0.5 * (cov + cov.T)
         else:
             sd = 1.0 / np.sqrt(np.maximum(np.abs(np.diag(hess)), 1e-2))
     if sd is None or not np.all(np.isfinite(sd)):
-        sd = np.ones_like(z0)
-    return Preconditioner.around(point.z, np.clip(sd, 1e-8, 10.0))
+        sd, cov = np.ones_like(z0), None
+    sd = np.clip(sd, 1e-8, 10.0)
+    cov = None if cov is None else cov / np.outer(sd, sd)
+    return Preconditioner.around(point.z, sd, cov)
 
 
 def _finite_starts(point, flat: np.ndarray) -> np.ndarray:

@@ -32,13 +32,16 @@ from numpyro.infer.hmc_util import build_adaptation_schedule
 from scalinfer.errors import ModelError
 
 __all__ = ["NutsConfig", "NutsParameters", "DualAveragingState", "WelfordState", "WindowAdaptationState",
-           "dual_averaging", "step_size", "welford_covariance", "regularized_mass_matrix", "shrunk_covariance",
-           "shrunk_windows", "window_adaptation", "ADAPT", "SHRINK_BELOW"]
+           "dual_averaging", "step_size", "welford_covariance", "mass_matrix", "regularized_mass_matrix",
+           "shrunk_covariance", "shrunk_windows", "window_adaptation", "ADAPT", "SHRINK_BELOW", "WINDOW_DRAWS"]
 
 #: mass-matrix adaptation in warmup: a dense or diagonal estimate, or none (the identity)
 ADAPT = ("dense", "diag", "none")
 #: a dense window of fewer than SHRINK_BELOW * d draws gets `shrunk_covariance` instead of the sample covariance
 SHRINK_BELOW = 2
+#: a metric given to start from (`window_adaptation`'s ``init``) is kept until a window of WINDOW_DRAWS * d draws
+#: replaces it; the shorter windows run on into the next
+WINDOW_DRAWS = 4
 
 
 class NutsConfig(NamedTuple):
@@ -180,8 +183,13 @@ def regularized_mass_matrix(cov, n) -> tuple[jax.Array, jax.Array]:
     """(M^-1, S) from the positions' covariance estimate `cov` ((d, d) or (d,)) of `n` draws, regularized as
     Stan does: M^-1 = n / (n + 5) cov + 1e-3 * 5 / (n + 5) I, which pulls a short window's estimate
     toward a small multiple of the identity. S S' = M: with cov = L' L, L lower triangular (the Cholesky
-    factor of cov with its rows and columns reversed), S = L^-1."""
-    cov = (n / (n + 5)) * cov + 1e-3 * (5 / (n + 5)) * (jnp.identity(cov.shape[0]) if cov.ndim == 2 else 1.0)
+    factor of cov with its rows and columns reversed), S = L^-1 (`mass_matrix`)."""
+    return mass_matrix((n / (n + 5)) * cov + 1e-3 * (5 / (n + 5)) * (jnp.identity(cov.shape[0]) if cov.ndim == 2
+                                                                     else 1.0))
+
+
+def mass_matrix(cov) -> tuple[jax.Array, jax.Array]:
+    """(M^-1, S) for the positions' covariance `cov` ((d, d) or (d,)), as given: M^-1 = cov and S S' = M."""
     if cov.ndim == 1:
         return cov, 1.0 / jnp.sqrt(cov)
     lower = jnp.linalg.cholesky(cov[::-1, ::-1])[::-1, ::-1].T
@@ -242,12 +250,15 @@ class WindowAdaptationState(NamedTuple):
     moments : the current slow window's `WelfordState` (empty outside slow windows).
     draws : (rows, d) the positions of the first `rows` iterations, which hold the short windows that
         `shrunk_covariance` estimates (rows = 0 when there are none).
+    informed : whether warmup started from a metric other than the identity, which only a window of
+        `WINDOW_DRAWS` d draws replaces.
     """
 
     parameters: NutsParameters
     step_size: DualAveragingState
     moments: WelfordState
     draws: jax.Array
+    informed: jax.Array
 
 
 # the adaptation's state is part of NUTS's stored programs' signature (`scalinfer.inference.compiled.StoredProgram`)
@@ -271,12 +282,21 @@ def window_adaptation(warmup: int, dim: int, adapt: str = "dense", target_accept
     """(init, update, final) of Stan's windowed adaptation over `warmup` iterations of a `dim`-dimensional
     chain, the mass matrix `adapt` (`ADAPT`).
 
-    ``init(initial_step_size=1.0)`` starts from the identity mass matrix. ``update(state, i, position,
-    accept_prob)`` takes warmup iteration i's new position and mean acceptance probability: it updates the
-    dual average (the next step size is exp(x_t)); within a slow window it adds the position to the window's
-    moments; at a slow window's end it sets the mass matrix (`regularized_mass_matrix` of the window's
+    ``init(initial_step_size=1.0, metric=None)`` starts from `metric`, the positions' covariance to start
+    from (the inverse mass matrix, (d, d); its diagonal with ``"diag"``), default the identity. ``update(state,
+    i, position, accept_prob)`` takes warmup iteration i's new position and mean acceptance probability: it
+    updates the dual average (the next step size is exp(x_t)); within a slow window it adds the position to the
+    window's moments; at a slow window's end it sets the mass matrix (`regularized_mass_matrix` of the window's
     covariance, of `shrunk_covariance` for the windows of `shrunk_windows`; unchanged with ``"none"``) and
     restarts the window's moments and the dual averaging, at mu = log(10 * the current step size).
+
+    A `metric` other than the identity is an estimate already (in a fit, the Laplace correlations in
+    coordinates fitted to the mode): a window then ends only once it holds `WINDOW_DRAWS` d draws (pooled);
+    a shorter one runs on into the next, its draws kept. Why: on the quickstart's table (d = 90, 4 chains, in
+    the pinned coordinates of `scalinfer.models.surface`) NUTS took 20-24 leapfrog steps an iteration on the
+    Laplace metric, 61-63 after the 100-draw window's shrunk estimate replaced it, 36-43 after the 200-draw
+    window's, 23-29 after the 400-draw window's; from the identity it takes ~60 until that window
+    (benchmarks/README.md, "warmup.py").
     ``final(state)`` is the `NutsParameters` after warmup: the dual average's step size and the last mass
     matrix.
 
@@ -302,12 +322,18 @@ def window_adaptation(warmup: int, dim: int, adapt: str = "dense", target_accept
     short_starts = jnp.asarray([start for start, _ in short], dtype=int)
     short_ends = jnp.asarray([end for _, end in short], dtype=int)
 
-    def init(initial_step_size=1.0) -> WindowAdaptationState:
+    def init(initial_step_size=1.0, metric=None) -> WindowAdaptationState:
         ftype = jnp.result_type(float)
-        eye = jnp.identity(dim, ftype) if dense else jnp.ones(dim, ftype)
-        parameters = NutsParameters(jnp.asarray(initial_step_size, ftype), eye, eye)
+        step = jnp.asarray(initial_step_size, ftype)
+        if metric is None:
+            eye = jnp.identity(dim, ftype) if dense else jnp.ones(dim, ftype)
+            parameters, informed = NutsParameters(step, eye, eye), jnp.asarray(False)
+        else:
+            metric = jnp.asarray(metric, ftype)
+            informed = jnp.any(metric != jnp.identity(dim, ftype))
+            parameters = NutsParameters(step, *mass_matrix(metric if dense else jnp.diag(metric)))
         return WindowAdaptationState(parameters, da_init(initial_step_size), wf_init(),
-                                     jnp.zeros((rows, dim), ftype))
+                                     jnp.zeros((rows, dim), ftype), informed)
 
     def window_covariance(state: WindowAdaptationState, i):
         moments = state.moments if axis_name is None else pooled_moments(state.moments, axis_name)
@@ -331,7 +357,7 @@ def window_adaptation(warmup: int, dim: int, adapt: str = "dense", target_accept
         parameters = state.parameters
         if adapt != "none":
             parameters = NutsParameters(parameters.step_size, *regularized_mass_matrix(*window_covariance(state, i)))
-        return WindowAdaptationState(parameters, da_init(parameters.step_size), wf_init(), state.draws)
+        return WindowAdaptationState(parameters, da_init(parameters.step_size), wf_init(), state.draws, state.informed)
 
     def update(state: WindowAdaptationState, i, position, accept_prob) -> WindowAdaptationState:
         da = da_update(state.step_size, accept_prob)
@@ -341,10 +367,12 @@ def window_adaptation(warmup: int, dim: int, adapt: str = "dense", target_accept
             in_slow = (i >= slow[0][0]) & (i <= slow[-1][1])
             moments = lax.cond(in_slow, lambda m: wf_update(m, position), lambda m: m, moments)
         draws = state.draws.at[i].set(position, mode="drop") if rows else state.draws
-        state = WindowAdaptationState(parameters, da, moments, draws)
+        state = WindowAdaptationState(parameters, da, moments, draws, state.informed)
         if not slow:
             return state
-        return lax.cond(jnp.any(i == ends), lambda s: window_end(i, s), lambda s: s, state)
+        pooled = moments.count * (chains if axis_name is not None else 1)  # the window's draws so far
+        end = jnp.any(i == ends) & (~state.informed | (pooled >= WINDOW_DRAWS * dim))
+        return lax.cond(end, lambda s: window_end(i, s), lambda s: s, state)
 
     def final(state: WindowAdaptationState) -> NutsParameters:
         da = state.step_size

@@ -133,13 +133,13 @@ def nuts_kernel(potential_fn: Callable, max_tree_depth: int, max_delta_energy: f
     return init, step
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=("mean", "scale"), meta_fields=("sites",))
+@functools.partial(jax.tree_util.register_dataclass, data_fields=("mean", "scale", "metric"), meta_fields=("sites",))
 @dataclasses.dataclass(frozen=True)
 class Preconditioner:
     """The chain's coordinates: the model's unconstrained point z, flat, is mean + scale * w.
 
-    A pytree whose leaves (`mean`, `scale`) are arguments of the compiled program, like the data, and whose
-    structure (`sites`) is part of the program's identity.
+    A pytree whose leaves (`mean`, `scale`, `metric`) are arguments of the compiled program, like the data, and
+    whose structure (`sites`) is part of the program's identity.
 
     Attributes
     ----------
@@ -149,23 +149,33 @@ class Preconditioner:
         regularization toward 1e-3 I assumes (see `adaptation.regularized_mass_matrix`).
     sites : ((name, shape), ...) of the unconstrained sites, in name order: z's flat layout, as
         `jax.flatten_util.ravel_pytree` lays out a dict.
+    metric : (d, d) the covariance of w that warmup starts from (its first inverse mass matrix): the identity,
+        or an estimate of the posterior's (in a fit, the Laplace correlations in coordinates fitted to the mode).
+        One other than the identity is kept until a window of `adaptation.WINDOW_DRAWS` d draws replaces it
+        (`adaptation.window_adaptation`).
     """
 
     mean: Any
     scale: Any
     sites: tuple[tuple[str, tuple[int, ...]], ...]
+    metric: Any = None
 
     @classmethod
-    def around(cls, center: dict[str, Any], scale: Any = None) -> Preconditioner:
+    def around(cls, center: dict[str, Any], scale: Any = None, metric: Any = None) -> Preconditioner:
         """w = (z - `center`) / `scale`, `center` a dict of the sites' unconstrained values (`scale`
-        default 1)."""
+        default 1), warmup starting from `metric` (default the identity): a symmetric positive definite
+        (d, d)."""
         sites = tuple((k, tuple(np.shape(center[k]))) for k in sorted(center))
         mean = np.concatenate([np.ravel(np.asarray(center[k], float)) for k, _ in sites]) if sites else \
             np.zeros(0)
         scale = np.ones_like(mean) if scale is None else np.asarray(scale, float)
         if scale.shape != mean.shape:
             raise ModelError(f"scale must have shape {mean.shape} (the flat unconstrained point), got {scale.shape}")
-        return cls(mean, scale, sites)
+        d = mean.shape[0]
+        metric = np.identity(d) if metric is None else np.asarray(metric, float)
+        if metric.shape != (d, d):
+            raise ModelError(f"metric must have shape {(d, d)} (the flat unconstrained point's), got {metric.shape}")
+        return cls(mean, scale, sites, metric)
 
     @property
     def dim(self) -> int:
@@ -277,7 +287,7 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: 
             pe_type = jax.eval_shape(potential, w0).dtype
             chain = ChainState(w0, first.potential_energy.astype(pe_type), first.potential_grad.astype(w0.dtype),
                                rng_key)
-            adaptation = adapt_init()
+            adaptation = adapt_init(1.0, preconditioner.metric)
             ftype, itype = jnp.result_type(float), jnp.result_type(int)
             draws = jnp.zeros((samples,) + w0.shape, w0.dtype)
             stats = NutsStats(*(jnp.zeros(samples, t) for t in (bool, itype, ftype, ftype)))
@@ -470,9 +480,10 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         Laplace standard deviations (`Preconditioner.around`) every coordinate is O(1) in the posterior.
         That matters because the mass-matrix adaptation shrinks its estimate toward 1e-3 times the identity:
         for a parameter of posterior sd 1e-4 (a setting's log loss on smoothed curves) that is a 10^4-fold
-        error in its variance, which forces tiny steps at maximum tree depth.
-    adapt : mass-matrix adaptation during warmup (`ADAPT`): ``"dense"``, ``"diag"`` or ``"none"`` (identity
-        on w; the step size is always adapted).
+        error in its variance, which forces tiny steps at maximum tree depth. Its `metric` is the mass
+        matrix warmup starts from (`Preconditioner`).
+    adapt : mass-matrix adaptation during warmup (`ADAPT`): ``"dense"``, ``"diag"`` or ``"none"`` (the
+        preconditioner's metric throughout, by default the identity on w; the step size is always adapted).
     max_tree_depth, warmup_tree_depth : NUTS's tree depth caps after and during warmup (default: the same).
     chain_method : ``"parallel"`` (one device per chain) or ``"vectorized"`` (the chains batched in one program
         on one device), one of `CHAIN_METHODS`; see `runtime.chain_method_for`. The two run the same per-chain
