@@ -407,8 +407,8 @@ def test_size_scatter_carries_a_new_sizes_scatter(sim):
     runs = _runs(MODEL.simulate(params, surface_design("small"), seed=5))
     # the broad prior: the mechanism is under test, and the population prior (the default) holds tau_lr_size
     # near the published families' 0.06-0.08, where a true 0.15 is an outlier it shrinks (by design)
-    # 600 draws a chain: tau_lr mixes slowest, and at 300 its R-hat read 1.065-1.077 on one machine (an AMD EPYC)
-    # where others read under 1.05, the draws rounding apart; at 600 it reads 1.010-1.012 there
+    # 600 draws a chain: tau_lr mixes slowest, and at 300 its R-hat read 1.065-1.077 on one machine (an AMD
+    # EPYC) where others read under 1.05, the draws rounding apart; at 600 it reads 1.010-1.012 there
     opts = dict(chains=2, warmup=300, samples=600, seed=5, prior="default")
     plain = scalinfer.fit(runs, model="surface", size_scatter=False, **opts)
     f = scalinfer.fit(runs, model="surface", **opts)  # 3 sizes: size scatter on by default

@@ -6,9 +6,9 @@ composing other samplers: `nuts_kernel` (one transition), `window_adaptation` an
 """
 
 from scalinfer.inference.nuts.adaptation import (
-    ADAPT, SHRINK_BELOW, WINDOW_DRAWS, DualAveragingState, NutsConfig, NutsParameters, WelfordState, WindowAdaptationState,
-    dual_averaging, mass_matrix, pooled_moments, regularized_mass_matrix, shrunk_covariance, shrunk_windows, step_size,
-    welford_covariance, window_adaptation)
+    ADAPT, SHRINK_BELOW, WINDOW_DRAWS, DualAveragingState, NutsConfig, NutsParameters, WelfordState,
+    WindowAdaptationState, dual_averaging, mass_matrix, pooled_moments, regularized_mass_matrix, shrunk_covariance,
+    shrunk_windows, step_size, welford_covariance, window_adaptation)
 from scalinfer.inference.nuts.sampler import (
     CHAIN_METHODS, MAX_DELTA_ENERGY, STAT_FIELDS, ChainState, NutsStats, Preconditioner, lower_nuts, nuts_kernel,
     run_nuts)
