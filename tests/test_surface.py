@@ -423,8 +423,9 @@ def test_size_scatter_carries_a_new_sizes_scatter(sim):
         lo, hi = fit.predict(N=N, D=1.2e11, ci=0.9).interval(q)[1:]
         return float(np.log(hi / lo))
 
-    # measured (seed 5, 300 draws a chain): log widths 1.50 against 1.06 (lr), 0.98 against 0.56 (batch). Without size scatter the
-    # settings' scatter tau_lr grows to absorb part of the sizes', so the gap is smaller than tau_size alone
+    # measured (seed 5, 300 draws a chain): log widths 1.50 against 1.06 (lr), 0.98 against 0.56 (batch).
+    # Without size scatter the settings' scatter tau_lr grows to absorb part of the sizes', so the gap is
+    # smaller than tau_size alone
     for q in ("lr_opt", "batch_opt"):
         assert width(f, q) > 1.15 * width(plain, q), (q, width(f, q), width(plain, q))
     # at a fitted size's N (within 0.5%) the new setting sits around that size's fitted level, not a new size's
