@@ -138,21 +138,30 @@ def _rope(x_BxLxHxK, cos_LxK2, sin_LxK2):
 
 
 def _attention(h_BxLxD, p, cfg: ModelConfig, cos, sin, scale, diagnostics: bool = False):
-    qkv_BxLx3xHxK = jnp.einsum("bld,dthk->blthk", h_BxLxD, p["wqkv"])
+    B, L, D = h_BxLxD.shape
+    H, K = p["wqkv"].shape[-2:]
+    qkv_BxLx3xHxK = _matmul(h_BxLxD, p["wqkv"].reshape(D, 3 * H * K)).reshape(B, L, 3, H, K)
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = (qkv_BxLx3xHxK[:, :, i] for i in range(3))
     if cfg.qk_norm:
         q_BxLxHxK = rms_norm(q_BxLxHxK, p["q_norm"])
         k_BxLxHxK = rms_norm(k_BxLxHxK, p["k_norm"])
     q_BxLxHxK = _rope(q_BxLxHxK, cos, sin)
     k_BxLxHxK = _rope(k_BxLxHxK, cos, sin)
-    L = h_BxLxD.shape[1]
     att_BxHxLxL = jnp.einsum("blhk,bmhk->bhlm", q_BxLxHxK, k_BxLxHxK).astype(jnp.float32) * scale
     causal_LxL = jnp.tril(jnp.ones((L, L), bool))
     att_BxHxLxL = jnp.where(causal_LxL, att_BxHxLxL, -1e30)
     logit_max = jnp.max(att_BxHxLxL) if diagnostics else None  # never a masked -1e30: the diagonal is causal
     probs_BxHxLxL = jax.nn.softmax(att_BxHxLxL, axis=-1).astype(v_BxLxHxK.dtype)
     o_BxLxHxK = jnp.einsum("bhlm,bmhk->blhk", probs_BxHxLxL, v_BxLxHxK)
-    return jnp.einsum("blhk,hkd->bld", o_BxLxHxK, p["wo"]), logit_max
+    return _matmul(o_BxLxHxK.reshape(B, L, H * K), p["wo"].reshape(H * K, D)), logit_max
+
+
+def _matmul(x_BxLxD, w_DxF):
+    """``x @ w`` over the last axis, as one 2-D matmul of the B * L rows. The 3-D einsum ``bld,df->blf`` is the
+    same product, but its gradient for ``w`` contracts two axes (b and l), which XLA:CPU runs several times
+    slower than the 2-D matmul's (benchmarks/README.md, "train_speed.py")."""
+    B, L, D = x_BxLxD.shape
+    return (x_BxLxD.reshape(B * L, D) @ w_DxF).reshape(B, L, w_DxF.shape[-1])
 
 
 def _rms(x):
@@ -200,7 +209,7 @@ def forward(params: Params, tokens_BxL: jax.Array, cfg: ModelConfig, key: jax.Ar
         x_BxLxD, (stats, rms_L, attn_rms_L, mlp_rms_L, logit_max_L) = jax.lax.scan(
             block, x_BxLxD, (params["blocks"], keys))
     x_BxLxD = rms_norm(x_BxLxD, params["final_norm"].astype(dt))
-    logits_BxLxV = jnp.einsum("bld,dv->blv", x_BxLxD, params["lm_head"].astype(dt))
+    logits_BxLxV = _matmul(x_BxLxD, params["lm_head"].astype(dt))
     logits_BxLxV = logits_BxLxV.astype(jnp.float32) * mult.head_out
     return logits_BxLxV, Aux(stats, rms_L, attn_rms_L, mlp_rms_L, logit_max_L)
 
