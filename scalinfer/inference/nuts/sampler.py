@@ -323,8 +323,15 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: 
         loop = lax.cond(start == 0, lambda _: fresh(), lambda given: given, loop)
         return lax.fori_loop(start, stop, body, loop)
 
+    shapes: dict[Any, _Loop] = {}  # the carry's shapes by the arguments': a fit asks twice, and warm fits again
+
     def loop_shapes(rng_key, first: ChainStart, preconditioner: Preconditioner, data) -> _Loop:
-        return jax.eval_shape(lambda *a: parts(*a)[0](), rng_key, first, preconditioner, data)
+        args = (rng_key, first, preconditioner, data)
+        leaves, tree = jax.tree.flatten(args)
+        key = (tree, tuple((np.shape(x), np.result_type(x)) for x in leaves))
+        if key not in shapes:
+            shapes[key] = jax.eval_shape(lambda *a: parts(*a)[0](), *args)
+        return shapes[key]
 
     return scalinfer_nuts, loop_shapes
 
