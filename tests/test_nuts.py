@@ -13,8 +13,8 @@ from numpyro.infer.hmc_util import build_adaptation_schedule
 
 import scalinfer  # noqa: F401  (asks for CPU devices before JAX starts)
 from scalinfer.inference.nuts import (
-    Preconditioner, dual_averaging, regularized_mass_matrix, run_nuts, shrunk_covariance, shrunk_windows, step_size,
-    welford_covariance, window_adaptation)
+    PROGRESS_CHUNKS, Preconditioner, dual_averaging, regularized_mass_matrix, run_nuts, shrunk_covariance,
+    shrunk_windows, step_size, welford_covariance, window_adaptation)
 from scalinfer.runtime import configure
 
 SD = np.array([1e-3, 1.0, 30.0])
@@ -22,6 +22,13 @@ SD = np.array([1e-3, 1.0, 30.0])
 
 def gauss(sd):
     numpyro.sample("x", dist.Normal(0.0, sd))
+
+
+def centered_funnel():
+    """A sharp funnel written centered (x's sd e^v): NUTS diverges in its neck, here in about a quarter of the
+    draws, so that the test below does not depend on a machine's rounding to see one."""
+    v = numpyro.sample("v", dist.Normal(0.0, 3.0))
+    numpyro.sample("x", dist.Normal(np.zeros(4), jax.numpy.exp(v)))
 
 
 def _run(**kw):
@@ -346,3 +353,26 @@ def test_warmup_pools_the_chains_draws():
     for c in range(3):
         np.testing.assert_allclose(np.asarray(parameters.inverse_mass_matrix[c]), np.asarray(expected), rtol=1e-10)
     assert np.ptp(np.asarray(parameters.step_size)) == 0.0
+
+
+def test_a_run_stops_at_the_end_of_the_first_chunk_that_diverges():
+    """``stop_when_divergent``: the draws up to the end of the first chunk (of `PROGRESS_CHUNKS`) that holds a
+    divergent transition, bit for bit a full run's first ones; a run without any is returned whole, as without."""
+    configure(2)
+    init = {"v": np.zeros(2), "x": np.zeros((2, 4))}
+    opts = dict(chains=2, warmup=100, samples=200, seed=0, chain_method="vectorized")
+    full, full_stats = run_nuts(centered_funnel, {}, init, **opts)
+    divergent = full_stats["diverging"].any(axis=0)
+    assert divergent.any()  # the premise: NUTS cannot reach the centered funnel's neck without diverging
+    draws, stats = run_nuts(centered_funnel, {}, init, stop_when_divergent=True, **opts)
+    chunk = 200 // PROGRESS_CHUNKS
+    n = stats["diverging"].shape[1]
+    assert n == (int(np.argmax(divergent)) // chunk + 1) * chunk
+    for k in ("v", "x"):
+        np.testing.assert_array_equal(draws[k], full[k][:, :n])
+    np.testing.assert_array_equal(stats["diverging"], full_stats["diverging"][:, :n])
+
+    whole, whole_stats = _run(stop_when_divergent=True)
+    plain, plain_stats = _run()
+    assert not plain_stats["diverging"].any()
+    np.testing.assert_array_equal(whole["x"], plain["x"])

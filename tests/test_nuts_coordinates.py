@@ -24,9 +24,11 @@ from scalinfer.runs.schema import validate
 @dataclasses.dataclass(frozen=True)
 class Funnel(Model):
     """Neal's funnel with centering c (module docstring), and two far observations of x (y ~ N(x, 10^2)), so the
-    posterior is the funnel itself. `proposed`: the c that `nuts_kwargs` proposes (None: it proposes nothing)."""
+    posterior is the funnel itself. `proposed`: the c that `nuts_kwargs` proposes (None: it proposes nothing);
+    `own`: the model's own c."""
 
     proposed: float | None = None
+    own: float = 0.0
 
     name = "test-funnel"
     observed = ("y",)
@@ -43,7 +45,7 @@ class Funnel(Model):
             numpyro.sample("obs", dist.Normal(x, 10.0), obs=y)
 
     def model_kwargs(self, data, constants):
-        return {"y": data["y"], "c": np.float64(0.0)}
+        return {"y": data["y"], "c": np.float64(self.own)}
 
     def init_values(self, data, constants):
         return {"v": 0.0, "x_raw": 0.0}
@@ -71,8 +73,9 @@ class Funnel(Model):
 RUNS = validate(pd.DataFrame({"N": [1e8, 2e8], "D": [2e9, 2e9], "loss": [3.0, 3.0]}), source="toy", kind="runs")
 
 
-def _fit(proposed):
-    return fit(RUNS, model=Funnel(proposed), chains=2, warmup=300, samples=300, max_samples=300, seed=0)
+def _fit(proposed, own=0.0, quiet=True):
+    return fit(RUNS, model=Funnel(proposed, own), chains=2, warmup=300, samples=300, max_samples=300, seed=0,
+               quiet=quiet)
 
 
 def test_own_coordinates_without_a_proposal():
@@ -87,13 +90,30 @@ def test_coordinates_from_the_mode_kept_when_they_do_not_diverge():
     assert f.divergences == 0
 
 
-def test_diverging_coordinates_from_the_mode_give_way_to_the_models_own():
-    """Proposed centered (c = 1), NUTS diverges in the neck; `fit` samples again in the model's own coordinates
-    (non-centered, no divergence) and keeps those draws, with the log likelihood of their kwargs."""
-    f = _fit(1.0)
+def test_diverging_coordinates_from_the_mode_give_way_to_the_models_own(capsys):
+    """Proposed centered (c = 1), NUTS diverges in the neck; `fit` stops that run at its first divergent draws,
+    samples again in the model's own coordinates (non-centered, no divergence) and keeps those draws, with the log
+    likelihood of their kwargs."""
+    f = _fit(1.0, quiet=False)
+    said = capsys.readouterr().err
+    n = int(said.split("from the mode after ")[1].split(" draws")[0])
+    assert n < 300  # stopped: the centered funnel diverges in its first draws
+    assert "sampling in full" not in said
     assert f.attrs["nuts_coordinates"] == "the model's own (fewer divergences)"
     assert f.divergences == 0
     x = f.arrays("posterior", ["x", "v"])
     # the funnel's v is N(0, 3^2) (the data barely inform it): 600 draws put its sd within 2.2-3.8 (a chain that
     # cannot reach the neck, the centered form's failure, gives ~1.5)
     assert 2.2 < float(np.std(x["v"])) < 3.8
+
+
+def test_coordinates_from_the_mode_run_in_full_when_the_models_own_diverge_too(capsys):
+    """Both centered (proposed and own c = 1): the run from the mode stopped at its first divergent draws is run
+    again in full (the same draws, then the rest), and the fit keeps whichever coordinates diverge less, with all
+    its draws."""
+    f = _fit(1.0, own=1.0, quiet=False)
+    said = capsys.readouterr().err
+    assert "divergent transitions in the model's own coordinates; sampling in full" in said
+    assert f.posterior.sizes["draw"] == 300
+    assert f.divergences > 0
+    assert f.attrs["nuts_coordinates"] in ("from the mode", "the model's own (fewer divergences)")

@@ -210,7 +210,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
                  "not drawing more: a chain stuck apart from the others stays apart"), quiet)
         return not more
 
-    def nuts(kwargs, point, metric: bool):
+    def nuts(kwargs, point, metric: bool, stop_when_divergent: bool = False):
         # start each chain at a different point of the Laplace approximation (over-dispersed a little), so
         # that R-hat can tell if chains disagree; fall back to jitter around the mode
         try:
@@ -223,17 +223,23 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         return run_nuts(m.model, kwargs, init, seed=seed, preconditioner=_preconditioner(point, metric),
                         progress=progress,
                         max_samples=max_samples, extend_by=extend_by, enough=enough if chains > 1 else None,
-                        **nuts_settings)
+                        stop_when_divergent=stop_when_divergent, **nuts_settings)
 
-    draws, stats = nuts(kwargs, point, metric=pinned is not None)
+    # coordinates fitted to the mode that fail somewhere give way to the model's own, if those diverge less: the run
+    # in them stops at its first divergent draw, and is run in full only if the model's own diverge too
+    draws, stats = nuts(kwargs, point, metric=pinned is not None, stop_when_divergent=pinned is not None)
     if pinned is not None:
         extra["nuts_coordinates"] = "from the mode"
-        n_div = int(stats["diverging"].sum())
-        if n_div:  # coordinates fitted to the mode that fail somewhere: the model's own, and the fewer divergences
-            _log(f"{m.name}: {n_div} divergent transitions in NUTS's coordinates from the mode; sampling again "
-                 "in the model's own", quiet)
+        if stats["diverging"].any():
+            _log(f"{m.name}: a divergent transition in NUTS's coordinates from the mode after "
+                 f"{stats['diverging'].shape[1]} draws per chain; sampling again in the model's own", quiet)
             again = nuts(*own, metric=False)
-            if int(again[1]["diverging"].sum()) < n_div:
+            n_own = int(again[1]["diverging"].sum())
+            if n_own:
+                _log(f"{m.name}: {n_own} divergent transitions in the model's own coordinates; sampling in full in "
+                     "those from the mode, to keep the coordinates with fewer", quiet)
+                draws, stats = nuts(kwargs, point, metric=True)
+            if n_own < int(stats["diverging"].sum()):
                 (kwargs, point), (draws, stats) = own, again
                 extra["nuts_coordinates"] = "the model's own (fewer divergences)"
     extra["samples_extended"] = int(stats["diverging"].shape[1] - samples)

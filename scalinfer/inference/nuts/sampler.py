@@ -59,8 +59,7 @@ from scalinfer.inference.nuts.adaptation import ADAPT, NutsConfig, NutsParameter
 from scalinfer.inference.optimize import Objective
 
 __all__ = ["run_nuts", "lower_nuts", "CHAIN_METHODS", "nuts_kernel", "Preconditioner", "ChainState", "NutsStats",
-           "STAT_FIELDS",
-           "MAX_DELTA_ENERGY"]
+           "STAT_FIELDS", "MAX_DELTA_ENERGY", "PROGRESS_CHUNKS"]
 
 #: a transition whose energy rises by more than this along the trajectory is divergent (NumPyro's and Stan's)
 MAX_DELTA_ENERGY = 1000.0
@@ -380,14 +379,15 @@ def _nuts_program(model_fn, static, config: NutsConfig, chains: int, parallel: b
 PROGRESS_CHUNKS = 10
 
 
-def _chunks(warmup: int, lo: int, hi: int, progress: bool) -> list[tuple[int, int]]:
+def _chunks(warmup: int, lo: int, hi: int, progress: bool, split_sampling: bool = False) -> list[tuple[int, int]]:
     """(start, stop) of the program's calls for a block of draws, iterations `lo` to `hi` of warmup + sampling;
     the first block (``lo == warmup``) runs warmup too: the whole block at once, or with progress
-    `PROGRESS_CHUNKS` chunks of warmup (first block) and as many of sampling."""
+    `PROGRESS_CHUNKS` chunks of warmup (first block) and as many of sampling; with `split_sampling` alone, warmup
+    at once and sampling in `PROGRESS_CHUNKS` chunks."""
     first = lo == warmup
-    if not progress:
+    if not (progress or split_sampling):
         return [(0 if first else lo, hi)]
-    warm = np.linspace(0, warmup, PROGRESS_CHUNKS + 1) if first else np.array([lo])
+    warm = np.linspace(0, warmup, PROGRESS_CHUNKS + 1 if progress else 2) if first else np.array([lo])
     edges = np.unique(np.concatenate([warm, np.linspace(lo, hi, PROGRESS_CHUNKS + 1)]).round())
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
@@ -398,24 +398,29 @@ def _slots(warmup: int, samples: int, lo: int, hi: int) -> np.ndarray:
     return (np.arange(lo, hi) - warmup) % samples
 
 
-def _run_chunks(run, args, loop, warmup: int, samples: int, chunks, bar, diverging_before: int = 0) -> _Loop:
+def _run_chunks(run, args, loop, warmup: int, samples: int, chunks, bar, diverging_before: int = 0,
+                stop_when_divergent: bool = False) -> tuple[_Loop, int]:
     """Call the program over `chunks`, updating `bar` (tqdm) after each with the phase and the divergent
-    draws so far (`diverging_before` of earlier blocks); returns the loop's last state. The bar says "starting"
-    until the first chunk returns: that call also compiles the program when neither JAX's caches nor the
-    persistent one hold it."""
+    draws so far (`diverging_before` of earlier blocks); returns the loop's last state and the iteration it
+    stopped at: the last chunk's end, or with `stop_when_divergent` the end of the first chunk that sampled a
+    divergent draw. The bar says "starting" until the first chunk returns: that call also compiles the program
+    when neither JAX's caches nor the persistent one hold it."""
     diverging, lo = diverging_before, max(chunks[0][0], warmup)
     for start, stop in chunks:
         loop = run(*args, loop, start, stop)
-        if bar.disable:
+        if bar.disable and not stop_when_divergent:
             continue
         if stop > warmup:  # this block's sampled draws so far (warmup iterations write slot 0, overwritten)
             slots = _slots(warmup, samples, lo, stop)
             diverging = diverging_before + int(np.asarray(loop.stats.diverging)[..., slots].sum())
-        bar.set_description_str(f"{bar.desc.split(':')[0]}: {'warmup' if stop <= warmup else 'sampling'}",
-                                refresh=False)
-        bar.set_postfix_str(f"{diverging} divergent", refresh=False)
-        bar.update(stop - start)
-    return loop
+        if not bar.disable:
+            bar.set_description_str(f"{bar.desc.split(':')[0]}: {'warmup' if stop <= warmup else 'sampling'}",
+                                    refresh=False)
+            bar.set_postfix_str(f"{diverging} divergent", refresh=False)
+            bar.update(stop - start)
+        if stop_when_divergent and diverging > diverging_before:
+            return loop, stop
+    return loop, chunks[-1][1]
 
 
 def _config(warmup, samples, adapt, target_accept, max_tree_depth, warmup_tree_depth, potential_dtype) -> NutsConfig:
@@ -477,7 +482,7 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
              preconditioner: Preconditioner | None = None, potential_dtype: str | None = None,
              progress: bool | None = None, max_samples: int | None = None, extend_by: int | None = None,
              enough: Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], bool] | None = None,
-             ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+             stop_when_divergent: bool = False) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Run NUTS on `model_fn` with `model_kwargs` as data.
 
     Parameters
@@ -510,6 +515,10 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         of a run extended to n are those of one run of n draws, bit for bit; a convergence criterion as `enough`
         is thus Vehtari et al.'s (2021) advice, "run longer", made a rule. The blocks run the same compiled
         program as the first.
+    stop_when_divergent : sample in `PROGRESS_CHUNKS` chunks per block (as with progress) and stop at the end of
+        the first chunk that sampled a divergent transition, for a caller that would not keep a run with one:
+        the draws returned are then the first ones of the whole run, bit for bit, fewer than asked for (their
+        stats hold the divergence), and no block follows.
 
     Returns
     -------
@@ -572,16 +581,20 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     with tqdm(total=per_block, file=sys.stderr, disable=not show, unit="it", dynamic_ncols=True,
               desc=f"NUTS, {chains} chains: starting", leave=True) as bar:
         args = (keys, first, preconditioner, data)
-        loop = _run_chunks(run, args, loop, warmup, samples, _chunks(warmup, warmup, warmup + samples, show), bar)
-        keep(loop, warmup, warmup + samples)
-        drawn = samples
-        while enough is not None and drawn < max_samples and not enough(*joined()):
+        stop = stop_when_divergent
+        loop, end = _run_chunks(run, args, loop, warmup, samples, _chunks(warmup, warmup, warmup + samples, show, stop),
+                                bar, 0, stop)
+        keep(loop, warmup, end)
+        drawn = end - warmup
+        while (enough is not None and drawn < max_samples and not (stop and blocks[-1][1]["diverging"].any())
+               and not enough(*joined())):
             block = min(extend_by, max_samples - drawn)  # the last block ends at max_samples
             bar.total += block
             bar.refresh()
             before = sum(int(b[1]["diverging"].sum()) for b in blocks)
             lo = warmup + drawn
-            loop = _run_chunks(run, args, loop, warmup, samples, _chunks(warmup, lo, lo + block, show), bar, before)
-            keep(loop, lo, lo + block)
-            drawn += block
+            loop, end = _run_chunks(run, args, loop, warmup, samples, _chunks(warmup, lo, lo + block, show, stop), bar,
+                                    before, stop)
+            keep(loop, lo, end)
+            drawn = end - warmup
     return joined()
