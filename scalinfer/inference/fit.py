@@ -86,8 +86,9 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         given the fewest of those sites, in their order, for which the search converges, held at the model's
         start values (the fit's attribute ``map_held`` names them). Where the model chooses NUTS's coordinates
         from the mode (`Model.nuts_kwargs`: the surface's pinned optima), the mode is found again in them and
-        NUTS runs there; if it diverges there, it runs again in the model's own coordinates and the fit keeps
-        the run with fewer divergences (the attribute ``nuts_coordinates`` says which).
+        NUTS runs there; if it diverges there, it stops at the end of that chunk of draws and runs again in the
+        model's own coordinates, and the fit keeps the run with fewer divergences (the attribute
+        ``nuts_coordinates`` says which; where both diverge, the first is run again in full to count them).
     max_samples : where the draws so far have not converged (R-hat above `RHAT_MAX` or bulk ESS below `ESS_MIN`
         for a scalar parameter, the criteria of `Fit.warnings`), NUTS draws `EXTEND_FRACTION` x `samples` more per
         chain, continuing the same chains, until they have or `max_samples` are drawn
