@@ -327,7 +327,8 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: 
     def loop_shapes(rng_key, first: ChainStart, preconditioner: Preconditioner, data) -> _Loop:
         args = (rng_key, first, preconditioner, data)
         leaves, tree = jax.tree.flatten(args)
-        key = (tree, tuple((np.shape(x), np.result_type(x)) for x in leaves))
+        # JAX's default float type too: the carry's floats follow it (float64 only where the caller enabled it)
+        key = (jnp.result_type(float), tree, tuple((np.shape(x), np.result_type(x)) for x in leaves))
         if key not in shapes:
             shapes[key] = jax.eval_shape(lambda *a: parts(*a)[0](), *args)
         return shapes[key]
