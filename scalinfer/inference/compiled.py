@@ -40,7 +40,8 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["split_kwargs", "join_kwargs", "program", "StoredProgram", "LoweredProgram", "program_store",
-           "release_if_crowded", "model_sites", "constrain", "lower_constrain", "log_densities", "tree_unraveler"]
+           "release_if_crowded", "model_sites", "constrain", "lower_constrain", "log_densities",
+           "lower_log_densities", "tree_unraveler"]
 
 
 def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
@@ -484,14 +485,31 @@ def log_densities(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str,
 
     `dtype`: the float type to evaluate in (``"float32"``: the samples and the data cast to it, as a float32 NUTS
     potential evaluates them; None: as given). The results are float64 either way."""
-    dynamic, static = split_kwargs(kwargs)
     lead = np.shape(next(iter(samples.values())))[:batch_ndims]
+    program, args = _log_densities_call(model_fn, samples, kwargs, batch_ndims, dtype)
+    likelihood, prior = program(*args)
+    return ({k: np.asarray(v, float).reshape(*lead, *np.shape(v)[1:]) for k, v in likelihood.items()},
+            {k: np.asarray(v, float).reshape(lead) for k, v in prior.items()})
+
+
+def lower_log_densities(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str, Any], batch_ndims: int = 2,
+                        dtype: str | None = None) -> LoweredProgram:
+    """The program `log_densities` runs at samples shaped like `samples` (with these arguments), lowered:
+    ``.compile()`` it in a thread (`scalinfer.fit` compiles the one of NUTS's draws while NUTS's program
+    compiles or runs), and a later `log_densities` of such samples runs it."""
+    program, args = _log_densities_call(model_fn, samples, kwargs, batch_ndims, dtype)
+    return program.lower(*args)
+
+
+def _log_densities_call(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str, Any], batch_ndims: int,
+                        dtype: str | None) -> tuple[Callable, tuple]:
+    """`log_densities`'s program and its arguments: the samples' batch axes flattened into one, the floats cast to
+    `dtype` (None: as given)."""
+    dynamic, static = split_kwargs(kwargs)
     flat = {k: np.reshape(v, (-1, *np.shape(v)[batch_ndims:])) for k, v in samples.items()}
     if dtype is not None:
         flat, dynamic = _cast_floats((flat, dynamic), np.dtype(dtype))
-    likelihood, prior = _log_densities_program(model_fn, static)(flat, dynamic)
-    return ({k: np.asarray(v, float).reshape(*lead, *np.shape(v)[1:]) for k, v in likelihood.items()},
-            {k: np.asarray(v, float).reshape(lead) for k, v in prior.items()})
+    return _log_densities_program(model_fn, static), (flat, dynamic)
 
 
 def _cast_floats(tree, dtype: np.dtype):

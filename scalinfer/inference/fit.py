@@ -140,12 +140,13 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     from scalinfer.inference.optimize import find_map, laplace_draws, laplace_flat
 
     # ArviZ imported in a thread while the mode is searched for, much of which runs in XLA without the GIL; else,
-    # with the programs found compiled, its imports would lie between the mode and NUTS: arviz_base (the DataTree,
-    # ~0.3 s) and, where NUTS may draw more until its draws converge (`enough`), arviz_stats (their diagnostics;
-    # ~0.7 s, most of it SciPy's statistics, which a fit of a fixed number of draws does not need)
+    # with the programs found compiled, its import would lie between the mode and NUTS: arviz_base (the DataTree,
+    # ~0.3 s). Where NUTS may draw more until its draws converge (`enough`), arviz_stats (their diagnostics; ~0.7 s,
+    # most of it SciPy's statistics, which a fit of a fixed number of draws does not need) is imported while NUTS
+    # samples, in XLA, without the GIL: during the mode search its Python would hold up the search's own
     checks = method == "nuts" and chains > 1 and max_samples > samples
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scalinfer-import")
-    arviz_imported = pool.submit(importlib.import_module, "arviz_stats" if checks else "arviz_base")
+    arviz_imported = pool.submit(importlib.import_module, "arviz_base")
     pool.shutdown(wait=False)
     if release_if_crowded():
         _log("dropped the compiled programs of earlier fits (this process neared the OS's memory-map limit); "
@@ -159,7 +160,8 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
                          warmup_tree_depth=warmup_tree_depth, chain_method=chain_method,
                          potential_dtype=potential_dtype)
     mode_compiled, nuts_compiled = _compile_ahead(m, kwargs, start, seed, nuts_settings if method == "nuts" else {})
-    mode_compiled.result()
+    for compiled in mode_compiled:
+        compiled.result()
     point = find_map(m.model, kwargs, start, seed=seed)
     extra: dict[str, Any] = {}
     if method == "nuts" and not point.converged:
@@ -192,10 +194,15 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
 
     from scalinfer.inference.nuts import run_nuts
 
+    sites = _compile_draws(m, kwargs, point, chains * samples, potential_dtype)
     _log(f"{m.name}: NUTS, {chains} chains x ({warmup} warmup + {samples} draws)", quiet)
     t1 = time.perf_counter()
     extra["target_accept"] = target_accept
     arviz_imported.result()  # (or the error importing it)
+    if checks:  # `enough`'s own import waits for this one to finish
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scalinfer-import")
+        pool.submit(importlib.import_module, "arviz_stats")
+        pool.shutdown(wait=False)
     nuts_compiled.result()  # compiled while the mode was searched for (or the error compiling it)
 
     rhat_before = [float("inf")]  # the worst R-hat of the draws one block ago
@@ -249,33 +256,58 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     extra["potential_dtype"] = potential_dtype or str(np.result_type(float))
     stats.pop("warmup_step_size")  # run_nuts's adaptation trace: the fit keeps only what warmup cost
     _log(f"{m.name}: NUTS took {t_nuts:.1f} s", quiet)
-    tree = _to_tree(m, runs, data, constants, draws, stats, kwargs, method, extra, potential_dtype)
+    tree = _to_tree(m, runs, data, constants, draws, stats, kwargs, method, extra, potential_dtype, sites)
     return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map, "nuts_s": t_nuts}, model=m)
 
 
 def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_settings: dict[str, Any]
-                   ) -> tuple[Future, Future | None]:
+                   ) -> tuple[list[Future], Future | None]:
     """Compile the programs of the mode search and of NUTS (with `nuts_settings`; empty: no NUTS) in threads,
-    before the mode is known: their shapes are (`unconstrained_like`). Returns their compilations' futures. The
-    program of the mode's constrained values (`PointFit.params`) compiles beside them; a failure there is not
-    awaited: the values' own call compiles it again and says what failed.
+    before the mode is known: their shapes are (those of the mode search's start, `lower_start`). Returns the
+    futures of the mode search's compilations (its potential and its start) and of NUTS's. The program of the
+    mode's constrained values (`PointFit.params`) compiles beside them; a failure there is not awaited: the
+    values' own call compiles it again and says what failed.
 
     The models are traced here, one program after the other: NumPyro's effect handlers live on one
     process-wide stack, so two threads must not trace at once. XLA compiles with the GIL released, so NUTS's
-    program compiles while the mode search's is traced, compiled and run."""
+    program, which takes the longest to compile and is what a cold fit waits for, is traced first and compiles
+    while the others are traced, compiled and run."""
     from scalinfer.inference.compiled import lower_constrain
     from scalinfer.inference.nuts import lower_nuts
-    from scalinfer.inference.optimize import Objective, unconstrained_like
+    from scalinfer.inference.optimize import Objective, lower_start
 
-    like = {k: np.zeros(v.shape, v.dtype) for k, v in unconstrained_like(m.model, kwargs, start, seed).items()}
     pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="scalinfer-compile")
-    try:  # NUTS's first: its program takes the longest to compile
+    try:
+        first = lower_start(m.model, kwargs, start, seed)
+        like = {k: np.zeros(v.shape, v.dtype) for k, v in first.lowered.out_info.items()}
         nuts = pool.submit(lower_nuts(m.model, kwargs, like, **nuts_settings).compile) if nuts_settings else None
-        mode = pool.submit(Objective(m.model, kwargs, like).lower().compile)
+        mode = [pool.submit(Objective(m.model, kwargs, like).lower().compile), pool.submit(first.compile)]
         pool.submit(lower_constrain(m.model, {k: v[None] for k, v in like.items()}, kwargs).compile)
         return mode, nuts
     finally:
         pool.shutdown(wait=False)  # the threads end with the compilations
+
+
+def _compile_draws(m: Model, kwargs: dict[str, Any], point, n_draws: int, potential_dtype: str | None
+                   ) -> dict[str, dict[str, Any]]:
+    """Compile, in a thread, the programs that turn NUTS's `n_draws` (chains x samples) draws into the fit: their
+    constrained values (`scalinfer.inference.nuts.run_nuts` constrains its whole buffer of draws) and their log
+    densities (`_log_densities`), so that they are ready when NUTS ends (where NUTS draws more, the log densities'
+    program is compiled again for the longer draws). Called once the mode is found: where NUTS's program still
+    compiles, a core is free of the mode search. A failure is not awaited: the programs' own calls compile them
+    again and say what failed. Returns the model's sites on `kwargs` (`model_sites`, for `_to_tree`)."""
+    from scalinfer.inference.compiled import lower_constrain, lower_log_densities, model_sites
+
+    sites = model_sites(m.model, kwargs)
+    constrain_ = lower_constrain(m.model, {k: np.zeros((n_draws, *np.shape(v))) for k, v in point.z.items()}, kwargs)
+    latent = _latent(sites)
+    like = {k: np.zeros(v.shape, v.dtype) for k, v in constrain_.lowered.out_info.items() if k in latent}
+    densities = lower_log_densities(m.model, like, kwargs, batch_ndims=1, dtype=_densities_dtype(potential_dtype))
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scalinfer-compile")
+    for program in (constrain_, densities):
+        pool.submit(program.compile)
+    pool.shutdown(wait=False)
+    return sites
 
 
 def _preconditioner(point, metric: bool):
@@ -369,10 +401,11 @@ def _more_draws(draws: dict[str, np.ndarray], rhat_before: float = float("inf"))
 
 
 def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, method, extra=None,
-             potential_dtype: str | None = None):
+             potential_dtype: str | None = None, sites: dict[str, dict[str, Any]] | None = None):
     """Assemble the DataTree: posterior (+ derived natural-scale parameters), stats, log-likelihood, data.
     `potential_dtype`: the float type NUTS evaluated the log density in, and the log densities are evaluated in
-    (the density the draws were sampled from; their values are stored as float64)."""
+    (the density the draws were sampled from; their values are stored as float64). `sites`: the model's sites on
+    `kwargs` (`model_sites`), where the caller has them."""
     from arviz_base import from_dict
 
     from scalinfer.inference.compiled import model_sites
@@ -383,7 +416,8 @@ def _to_tree(m: Model, runs: RunTable, data, constants, draws, stats, kwargs, me
         groups["sample_stats"] = {
             "diverging": stats["diverging"].astype(bool), "n_steps": stats["num_steps"],
             "acceptance_rate": stats["accept_prob"], "energy": stats["energy"]}
-    sites = model_sites(m.model, kwargs) if kwargs is not None else {}  # one abstract trace for both below
+    if sites is None:  # one abstract trace for both below
+        sites = model_sites(m.model, kwargs) if kwargs is not None else {}
     bounds = _support_bounds(m, kwargs, sites) if kwargs is not None else {}
     if kwargs is not None and method != "map":  # one draw: nothing to estimate LOO from
         groups["log_likelihood"], log_prior = _log_densities(m, kwargs, draws, sites, potential_dtype)
@@ -483,9 +517,19 @@ def _log_densities(m: Model, kwargs, draws, sites: dict[str, dict[str, Any]], dt
     `scalinfer.inference.compiled.model_sites`), evaluated in `dtype` (None: float64)."""
     from scalinfer.inference.compiled import log_densities
 
-    latent = {k for k, s in sites.items() if s["type"] in ("sample", "deterministic") and not s["is_observed"]}
+    latent = _latent(sites)
     return log_densities(m.model, {k: v for k, v in draws.items() if k in latent}, kwargs, batch_ndims=2,
-                         dtype=None if dtype == "float64" else dtype)
+                         dtype=_densities_dtype(dtype))
+
+
+def _latent(sites: dict[str, dict[str, Any]]) -> set[str]:
+    """The latent sites (sampled or deterministic, not observed) of a model's `sites` (`model_sites`)."""
+    return {k for k, s in sites.items() if s["type"] in ("sample", "deterministic") and not s["is_observed"]}
+
+
+def _densities_dtype(dtype: str | None) -> str | None:
+    """The float type `log_densities` casts to for a potential evaluated in `dtype` (None: none, float64)."""
+    return None if dtype == "float64" else dtype
 
 
 class Fit:

@@ -43,7 +43,7 @@ from numpyro.infer.util import potential_energy
 from scalinfer.errors import ModelError
 from scalinfer.inference.compiled import LoweredProgram, constrain, join_kwargs, program, split_kwargs, tree_unraveler
 
-__all__ = ["PointFit", "find_map", "unconstrained_like", "laplace_draws", "laplace_flat"]
+__all__ = ["PointFit", "find_map", "unconstrained_like", "lower_start", "laplace_draws", "laplace_flat"]
 
 #: rows of the batched potential-and-gradient program: parameters + 1 (a Hessian by forward differences in
 #: one batch), at most MAX_BATCH, and at most MAX_BATCH_ELEMENTS / (data elements): on a long table a batch's
@@ -249,6 +249,17 @@ def unconstrained_like(model_fn, model_kwargs: dict[str, Any], init_values: dict
     strategy = "value" if init_values else "median"
     return jax.eval_shape(_start_program(model_fn, static, strategy), jax.random.PRNGKey(seed),
                           _start_values(init_values, strategy), dyn)
+
+
+def lower_start(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any] | None = None,
+                seed: int = 0) -> LoweredProgram:
+    """The program of `find_map`'s first start, lowered (`scalinfer.inference.compiled.LoweredProgram`): its
+    ``lowered.out_info`` are `unconstrained_like`'s shapes, and ``.compile()``, in a thread, hands the executable
+    to `find_map`'s call (`scalinfer.fit` compiles it beside the mode search's program)."""
+    dyn, static = split_kwargs(model_kwargs)
+    strategy = "value" if init_values else "median"
+    return _start_program(model_fn, static, strategy).lower(jax.random.PRNGKey(seed),
+                                                            _start_values(init_values, strategy), dyn)
 
 
 def find_map(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any] | None = None,
