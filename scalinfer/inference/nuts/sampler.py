@@ -441,7 +441,8 @@ def _program_and_arguments(model_fn: Callable, model_kwargs: dict[str, Any], fir
     # the potential's data in its float type, cast here in NumPy: cast in the program, they cost it a kernel each
     if config.potential_dtype is not None:
         data = _cast(jax.tree.map(np.asarray, data), np.dtype(config.potential_dtype))
-    keys = _chain_keys(jax.random.PRNGKey(seed), int(chains))
+    # in NumPy: a JAX array on one device would be split across the chains' devices by a program of its own
+    keys = np.asarray(_chain_keys(jax.random.PRNGKey(seed), int(chains)))
     if chain_method not in CHAIN_METHODS:
         raise ModelError(f"chain_method must be one of {CHAIN_METHODS}, got {chain_method!r}")
     parallel = chain_method == "parallel" and chains > 1
