@@ -276,7 +276,8 @@ def find_map(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any]
         z0 = _start_program(model_fn, static, strategy)(jax.random.PRNGKey(seed), _start_values(init_values, strategy),
                                                         dyn)
         objective = objective or Objective(model_fn, model_kwargs, z0)
-        x0 = np.asarray(ravel_pytree(z0)[0], dtype=float)
+        # in NumPy, in `ravel_pytree`'s order (`PointFit.flat`): JAX's ravel of JAX arrays compiles programs of its own
+        x0 = np.concatenate([np.ravel(np.asarray(v, dtype=float)) for v in jax.tree_util.tree_leaves(z0)])
         (f0,), (g0,) = objective(x0[None])
         if np.isfinite(f0) and np.all(np.isfinite(g0)):
             break
@@ -288,7 +289,7 @@ def find_map(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any]
         missing = [k for k in hold if k not in objective.z_like]
         if missing:
             raise ModelError(f"cannot hold {', '.join(missing)} in the mode search: not a sampled site")
-        free = ~np.asarray(ravel_pytree({k: jnp.full(jnp.shape(v), k in hold) for k, v in objective.z_like.items()})[0])
+        free = ~np.concatenate([np.full(np.size(objective.z_like[k]), k in hold) for k in sorted(objective.z_like)])
     x, fun, gmax = _newton(objective, x0, gtol, max_iter, free)
     return PointFit(z=objective.unravel(x), potential=fun, converged=bool(gmax < CONVERGED_GRAD),
                     objective=objective, held=tuple(hold))
