@@ -104,6 +104,19 @@ def test_a_held_site_gives_the_mode_given_it_where_the_joint_has_none():
         find_map(one_run_per_group, {"y": y}, {"sigma": 0.5}, hold=("tau",))
 
 
+def test_the_search_gives_up_where_the_density_rises_without_bound():
+    """Where the joint density has no maximum the search stops on its own, not at `max_iter`: its full Newton steps
+    stop shrinking the gradient (`UNBOUNDED_ITER` of them), and it says it did not converge. Without that rule it
+    ran all 200 iterations here (and with a larger `max_iter`, further towards sigma = 0)."""
+    configure()
+    y = np.array([-1.2, -0.3, 0.4, 0.9, 1.7, 2.2])
+    start = {"sigma": 0.5, "mu": np.zeros(6)}
+    default = find_map(one_run_per_group, {"y": y}, start)
+    longer = find_map(one_run_per_group, {"y": y}, start, max_iter=10_000)
+    assert not default.converged and not longer.converged
+    assert longer.potential == default.potential  # the same stop: neither reached its max_iter
+
+
 class _RoundedQuadratic:
     """U(x) = x' A x / 2 + 1e4 with A = diag(`curvatures`), whose gradient carries an error of `floor` in every
     component (alternating in sign from call to call), as the gradient of a sum over many runs carries its
