@@ -19,9 +19,9 @@ Everything here runs on one compiled program per model and data shapes, `_batch_
   `CONVERGED_GRAD` can expect a fall below the rounding. It gives up, not converged, after `UNBOUNDED_ITER`
   full Newton steps in a row that did not halve the gradient: near a maximum a full step shrinks the gradient
   by orders of magnitude, so steps that keep their full length and leave it as it is follow a density that rises
-  without bound (a joint density with no maximum, as a hierarchical one where a scale runs to 0: on
-  (Mis)Fitting's table the potential then fell ~0.1 a step for the last 80 of 200 iterations, the gradient flat
-  at 1.8e3), and the search stops there instead of at `max_iter`.
+  without bound (a joint density with no maximum, as a hierarchical one where a scale runs to 0), and the search
+  stops there instead of at `max_iter` (benchmarks/README.md, "the mode search where the joint density has no
+  maximum").
 - **Why not L-BFGS.** The posterior's curvatures span many orders of magnitude (1e-1 to 1e8 on Step Law),
   beyond what a few memory pairs capture: L-BFGS stopped far from the mode where Newton converges, and its
   programs cost more to compile than the batched gradient (figures in benchmarks/README.md).
@@ -256,13 +256,11 @@ def _start_values(init_values: dict[str, Any] | None, strategy: str) -> dict[str
 def unconstrained_like(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any] | None = None,
                        seed: int = 0) -> dict[str, jax.ShapeDtypeStruct]:
     """The shapes of the model's unconstrained sites, as `find_map`'s `PointFit.z` will have them (name ->
-    `jax.ShapeDtypeStruct`), from the trace of `find_map`'s first start (which it then reuses), without running
-    anything: what the mode search's `Objective` and a NUTS program can be lowered for before the mode is known
+    `jax.ShapeDtypeStruct`), from `find_map`'s first start lowered (`lower_start`), without running anything: what
+    the mode search's `Objective` and a NUTS program can be lowered for before the mode is known
     (`Objective.lower`, `scalinfer.inference.nuts.lower_nuts`)."""
-    dyn, static = split_kwargs(model_kwargs)
-    strategy = "value" if init_values else "median"
-    return jax.eval_shape(_start_program(model_fn, static, strategy), jax.random.PRNGKey(seed),
-                          _start_values(init_values, strategy), dyn)
+    out = lower_start(model_fn, model_kwargs, init_values, seed).lowered.out_info
+    return {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in out.items()}
 
 
 def lower_start(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any] | None = None,
