@@ -137,16 +137,23 @@ class _RoundedQuadratic:
         return np.diag(self.a)
 
 
+def _start(objective, x):
+    """`_newton`'s start: the point `x` and the potential and its gradient there (as `find_map` passes them)."""
+    x = np.asarray(x, float)
+    (f,), (g,) = objective(x[None])
+    return x, float(f), g
+
+
 def test_newton_stops_at_the_rounding_of_the_gradient_but_not_before_it_has_converged():
     from scalinfer.inference.optimize import CONVERGED_GRAD, _newton
 
     # the gradient stalls at 3e-6 > gtol 1e-6 (Step Law's 1,911 runs stall at 3.6e-6): the decrement, ~1e-11
     # against 1e-14 |U| = 1e-10, stops the search in a few iterations, not at max_iter
     obj = _RoundedQuadratic([1.0, 4.0], floor=3e-6)
-    x, fx, gmax = _newton(obj, np.array([3.0, -2.0]), gtol=1e-6, max_iter=200)
+    x, fx, gmax = _newton(obj, *_start(obj, [3.0, -2.0]), gtol=1e-6, max_iter=200)
     assert gmax < CONVERGED_GRAD and obj.calls < 20
     # a stiff direction: at |g| 3e-3 along curvature 1e6 the step expects a fall of only 4.5e-12, under the
     # decrement's line, yet the search is not done until |g| < CONVERGED_GRAD: it takes that step
     stiff = _RoundedQuadratic([1e6, 1.0], floor=0.0)
-    x, fx, gmax = _newton(stiff, np.array([3e-9, 0.0]), gtol=1e-6, max_iter=200)
+    x, fx, gmax = _newton(stiff, *_start(stiff, [3e-9, 0.0]), gtol=1e-6, max_iter=200)
     assert gmax < 1e-6

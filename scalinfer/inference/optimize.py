@@ -210,12 +210,12 @@ class PointFit:
         return constrain(self.model_fn, self.unravel(np.atleast_2d(flat)), self.model_kwargs)
 
 
-def _newton(objective: Objective, x: np.ndarray, gtol: float, max_iter: int, free: np.ndarray | None = None
-            ) -> tuple[np.ndarray, float, float]:
-    """Saddle-free damped Newton from `x` (see the module's docstring), moving only the coordinates where `free`
-    (a boolean mask; default all) is true. Returns (x, potential, max |grad| over the free coordinates)."""
+def _newton(objective: Objective, x: np.ndarray, fx: float, g: np.ndarray, gtol: float, max_iter: int,
+            free: np.ndarray | None = None) -> tuple[np.ndarray, float, float]:
+    """Saddle-free damped Newton from `x`, where the potential is `fx` and its gradient `g` (see the module's
+    docstring), moving only the coordinates where `free` (a boolean mask; default all) is true. Returns (x,
+    potential, max |grad| over the free coordinates)."""
     free = np.ones(x.shape[0], bool) if free is None else np.asarray(free, bool)
-    (fx,), (g,) = objective(x[None])
     history: list[tuple[bool, float]] = []  # per iteration: (the step was Newton's full step, max |grad| before it)
     for _ in range(max_iter):
         if not np.all(np.isfinite(g)) or np.max(np.abs(g[free])) <= gtol:
@@ -302,7 +302,7 @@ def find_map(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any]
         if missing:
             raise ModelError(f"cannot hold {', '.join(missing)} in the mode search: not a sampled site")
         free = ~np.concatenate([np.full(np.size(objective.z_like[k]), k in hold) for k in sorted(objective.z_like)])
-    x, fun, gmax = _newton(objective, x0, gtol, max_iter, free)
+    x, fun, gmax = _newton(objective, x0, float(f0), g0, gtol, max_iter, free)
     return PointFit(z=objective.unravel(x), potential=fun, converged=bool(gmax < CONVERGED_GRAD),
                     objective=objective, held=tuple(hold))
 

@@ -271,9 +271,12 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: 
 
     def parts(rng_key, first: ChainStart, preconditioner: Preconditioner, data):
         kwargs = join_kwargs(data, static)  # the data come in the potential's precision (`_program_and_arguments`)
+        # the potential's value in a type known without tracing the model: `potential_dtype`, else JAX's default
+        # float type (the data's, as `run_nuts` passes them); so the carry's shapes (`loop_shapes`) need no trace
+        pe_type = dtype or jnp.result_type(float)
 
         def potential(w):
-            return potential_energy(model_fn, (), kwargs, _cast(preconditioner.to_z(w), dtype))
+            return potential_energy(model_fn, (), kwargs, _cast(preconditioner.to_z(w), dtype)).astype(pe_type)
 
         _, step = nuts_kernel(potential, max(config.max_tree_depth, config.warmup_tree_depth))
         w0 = first.position
@@ -283,7 +286,6 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: 
         def fresh() -> _Loop:
             # the chain's key (`_chain_keys`); the start's potential and gradient in the types the transitions carry
             # them in
-            pe_type = jax.eval_shape(potential, w0).dtype
             chain = ChainState(w0, first.potential_energy.astype(pe_type), first.potential_grad.astype(w0.dtype),
                                rng_key)
             adaptation = adapt_init(1.0, preconditioner.metric)
