@@ -31,8 +31,10 @@ from scalinfer.errors import ScalinferError
 __all__ = ["configure", "cache_root", "cache_dir", "backend_started", "float64", "chain_method_for",
            "MIN_COMPILE_S"]
 
-#: programs that compile faster than this (seconds) are not written to the persistent cache
-MIN_COMPILE_S = 0.2
+#: programs that compile faster than this (seconds) are not written to the persistent cache. 0: every program is,
+#: since loading a small one takes a few ms where compiling it again takes 10-120 ms in every process (a fit's start
+#: program, the JAX arrays its data become; benchmarks/README.md, "fit_speed.py")
+MIN_COMPILE_S = 0.0
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -81,10 +83,10 @@ def configure(n_devices: int | None = None, x64: bool = True, cache: bool = True
         ``--xla_force_host_platform_device_count`` (the user's choice). None leaves the count as it is.
     x64 : turn float64 on for the whole process (``jax_enable_x64``); False leaves it as it is. Fits compute
         in float64 either way (`float64`).
-    cache : turn on JAX's persistent compilation cache in `cache_dir`, keeping programs that take more than
-        `MIN_COMPILE_S` seconds to compile (and with it the store of traced programs,
-        `scalinfer.inference.compiled.program_store`); not where a cache folder is configured already (the user's
-        ``jax_compilation_cache_dir`` or ``JAX_COMPILATION_CACHE_DIR``), nor with ``SCALINFER_NO_CACHE=1``.
+    cache : turn on JAX's persistent compilation cache in `cache_dir`, keeping every program (`MIN_COMPILE_S`),
+        and with it the store of traced programs (`scalinfer.inference.compiled.program_store`); not where a
+        cache folder is configured already (the user's ``jax_compilation_cache_dir`` or
+        ``JAX_COMPILATION_CACHE_DIR``), nor with ``SCALINFER_NO_CACHE=1``.
         A folder that cannot be created turns it off with a note on stderr.
     multihost : join the multi-process job (``jax.distributed.initialize``), once per process, before JAX
         starts its backend. On CPU the processes' collectives are gloo's (over TCP), JAX's default, unless the

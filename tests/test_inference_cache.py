@@ -58,18 +58,14 @@ def test_fit_after_clearing_jax_caches_hits_the_persistent_cache():
     # the suite's own cache folder (conftest), never the user's: no other process writes into it
     assert jax.config.jax_compilation_cache_dir == str(runtime.cache_dir())
     assert runtime.cache_dir().is_relative_to(os.environ["SCALINFER_CACHE"])
-    # persist every program, however fast it compiles (`runtime.MIN_COMPILE_S` keeps only the slower ones)
-    before = jax.config.jax_persistent_cache_min_compile_time_secs
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    try:
-        # an earlier test may have compiled these programs under the threshold and left them in memory only:
-        # then the first fit would reuse them, write nothing, and the second miss. Compile (or load) afresh.
-        jax.clear_caches()
-        _fit(201)
-        jax.clear_caches()
-        _, log = _fit(202)
-    finally:
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", before)
+    # every program persisted, however fast it compiles (`runtime.MIN_COMPILE_S`)
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == runtime.MIN_COMPILE_S == 0.0
+    # an earlier test may have left these programs in memory only (loaded, or compiled before the cache was on):
+    # then the first fit would reuse them, write nothing, and the second miss. Compile (or load) afresh.
+    jax.clear_caches()
+    _fit(201)
+    jax.clear_caches()
+    _, log = _fit(202)
     ours = {name: events for name, events in log.by_name.items() if any(p in name for p in PROGRAMS)}
     assert {p for p in PROGRAMS if any(p in name for name in ours)} == set(PROGRAMS), sorted(log.by_name)
     misses = {name: [s for hit, s in events if not hit] for name, events in ours.items()}
