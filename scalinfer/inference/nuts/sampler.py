@@ -272,8 +272,9 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: 
     def parts(rng_key, first: ChainStart, preconditioner: Preconditioner, data):
         kwargs = join_kwargs(data, static)  # the data come in the potential's precision (`_program_and_arguments`)
         # the potential's value in a type known without tracing the model: `potential_dtype`, else JAX's default
-        # float type (the data's, as `run_nuts` passes them); so the carry's shapes (`loop_shapes`) need no trace
-        pe_type = dtype or jnp.result_type(float)
+        # float type (the data's, as `run_nuts` passes them); so the carry's shapes (`loop_shapes`) need no trace.
+        # (A model whose potential promotes to float64 under a float32 `potential_dtype` has its value rounded.)
+        pe_type = jnp.result_type(float) if dtype is None else dtype
 
         def potential(w):
             return potential_energy(model_fn, (), kwargs, _cast(preconditioner.to_z(w), dtype)).astype(pe_type)
