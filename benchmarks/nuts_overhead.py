@@ -16,7 +16,8 @@ the call over all chains' steps, and the process's CPU time over them (medians o
 - ``leapfrog + value``: the same, the value summed (NUTS reads it for the energy of every step);
 - ``NumPyro tree``: `numpyro.infer.hmc_util.build_tree` transitions, their momenta drawn as in a fit; and the
   same with the metric's diagonal only (the products by the dense inverse mass matrix in the kinetic energy and
-  the U-turn checks are what it leaves out);
+  the U-turn checks are what it leaves out); and the same in coordinates u = A^-1 w, A A' the inverse mass
+  matrix, with the identity metric (two products by A a step, in the potential and its gradient, instead);
 - ``blackjax tree``: ``blackjax.nuts.build_kernel()`` transitions (skipped where blackjax is not installed).
 
     .venv/bin/python benchmarks/nuts_overhead.py [--devices 1,4] [--leapfrogs 480] [--repeats 7]
@@ -149,8 +150,30 @@ def main() -> None:
     def numpyro_tree_diagonal(w0, data):
         return numpyro_tree(w0, data, jnp.diag(inverse_mass))
 
+    factor = jnp.linalg.cholesky(inverse_mass)  # w = A u: in u the metric is the identity
+
+    def numpyro_tree_whitened(u0, data):
+        def potential(u):
+            return potential_of(data)(factor @ u)
+
+        vv_init, vv_update = velocity_verlet(potential, euclidean_kinetic_energy)
+        s = vv_init(u0, None)
+        s = IntegratorState(s.z, jax.random.normal(jax.random.PRNGKey(1), (d,), u0.dtype), s.potential_energy, s.z_grad)
+        identity = jnp.ones(d, u0.dtype)
+
+        def body(i, c):
+            s, n, key = c
+            key, k_momentum, k_tree = jax.random.split(key, 3)
+            s = s._replace(r=jax.random.normal(k_momentum, (d,), u0.dtype))
+            t = build_tree(vv_update, euclidean_kinetic_energy, s, identity, STEP, k_tree, max_tree_depth=DEPTH)
+            return IntegratorState(t.z_proposal, s.r, t.z_proposal_pe, t.z_proposal_grad), n + t.num_proposals, key
+
+        s, n, _ = jax.lax.fori_loop(0, n_steps // 2 ** DEPTH + 1, body, (s, jnp.asarray(0), jax.random.PRNGKey(0)))
+        return factor @ s.z, n
+
     programs = {"leapfrog": leapfrog, "leapfrog + value": leapfrog_value, "NumPyro tree": numpyro_tree,
-                "NumPyro tree, diagonal metric": numpyro_tree_diagonal}
+                "NumPyro tree, diagonal metric": numpyro_tree_diagonal,
+                "NumPyro tree, whitened (u = A^-1 w)": numpyro_tree_whitened}
     try:
         import blackjax  # noqa: F401
         programs["blackjax tree"] = blackjax_tree
@@ -177,9 +200,9 @@ def main() -> None:
 
     print(f"\nper leapfrog step, the surface potential on the quickstart's table (d = {d}), medians of "
           f"{args.repeats} calls of {n_steps} steps per chain, one chain per device\n")
-    print(f"{'program':44s} {'steps':>7s} {'wall us':>8s} {'CPU us':>7s}")
+    print(f"{'program':46s} {'steps':>7s} {'wall us':>8s} {'CPU us':>7s}")
     for name, r in rows.items():
-        print(f"{name:44s} {r['leapfrogs']:7d} {r['wall_us']:8.1f} {r['cpu_us']:7.1f}")
+        print(f"{name:46s} {r['leapfrogs']:7d} {r['wall_us']:8.1f} {r['cpu_us']:7.1f}")
     over = {str(n): rows[f"NumPyro tree, {n} devices"]["cpu_us"] - rows[f"leapfrog + value, {n} devices"]["cpu_us"]
             for n in counts}
     print(json.dumps({"dim": d, "rows": {k: {kk: round(v, 2) if isinstance(v, float) else v for kk, v in r.items()}
