@@ -93,19 +93,19 @@ def main() -> None:
 
         return potential
 
-    def start(data, w0):
-        vv_init, vv_update = velocity_verlet(potential_of(data), euclidean_kinetic_energy)
+    def start(potential, w0):
+        vv_init, vv_update = velocity_verlet(potential, euclidean_kinetic_energy)
         s = vv_init(w0, None)
         momentum = jax.random.normal(jax.random.PRNGKey(1), (d,), w0.dtype)
         return vv_update, IntegratorState(s.z, momentum, s.potential_energy, s.z_grad)
 
     def leapfrog(w0, data):
-        vv_update, s = start(data, w0)
+        vv_update, s = start(potential_of(data), w0)
         s = jax.lax.fori_loop(0, n_steps, lambda i, s: vv_update(STEP, inverse_mass, s), s)
         return s.z, jnp.asarray(n_steps)
 
     def leapfrog_value(w0, data):
-        vv_update, s = start(data, w0)
+        vv_update, s = start(potential_of(data), w0)
 
         def body(i, c):
             s, total = c
@@ -115,14 +115,14 @@ def main() -> None:
         s, total = jax.lax.fori_loop(0, n_steps, body, (s, jnp.zeros((), w0.dtype)))
         return s.z + 0 * total, jnp.asarray(n_steps)
 
-    def numpyro_tree(w0, data, inverse_mass=inverse_mass):
-        vv_update, s = start(data, w0)
+    def numpyro_tree(w0, data, metric=inverse_mass, potential=None):
+        vv_update, s = start(potential or potential_of(data), w0)
 
         def body(i, c):
             s, n, key = c
             key, k_momentum, k_tree = jax.random.split(key, 3)
             s = s._replace(r=jax.random.normal(k_momentum, (d,), w0.dtype))
-            t = build_tree(vv_update, euclidean_kinetic_energy, s, inverse_mass, STEP, k_tree, max_tree_depth=DEPTH)
+            t = build_tree(vv_update, euclidean_kinetic_energy, s, metric, STEP, k_tree, max_tree_depth=DEPTH)
             return IntegratorState(t.z_proposal, s.r, t.z_proposal_pe, t.z_proposal_grad), n + t.num_proposals, key
 
         s, n, _ = jax.lax.fori_loop(0, n_steps // 2 ** DEPTH + 1, body, (s, jnp.asarray(0), jax.random.PRNGKey(0)))
@@ -156,20 +156,8 @@ def main() -> None:
         def potential(u):
             return potential_of(data)(factor @ u)
 
-        vv_init, vv_update = velocity_verlet(potential, euclidean_kinetic_energy)
-        s = vv_init(u0, None)
-        s = IntegratorState(s.z, jax.random.normal(jax.random.PRNGKey(1), (d,), u0.dtype), s.potential_energy, s.z_grad)
-        identity = jnp.ones(d, u0.dtype)
-
-        def body(i, c):
-            s, n, key = c
-            key, k_momentum, k_tree = jax.random.split(key, 3)
-            s = s._replace(r=jax.random.normal(k_momentum, (d,), u0.dtype))
-            t = build_tree(vv_update, euclidean_kinetic_energy, s, identity, STEP, k_tree, max_tree_depth=DEPTH)
-            return IntegratorState(t.z_proposal, s.r, t.z_proposal_pe, t.z_proposal_grad), n + t.num_proposals, key
-
-        s, n, _ = jax.lax.fori_loop(0, n_steps // 2 ** DEPTH + 1, body, (s, jnp.asarray(0), jax.random.PRNGKey(0)))
-        return factor @ s.z, n
+        u, n = numpyro_tree(u0, data, jnp.ones(d, u0.dtype), potential)
+        return factor @ u, n
 
     programs = {"leapfrog": leapfrog, "leapfrog + value": leapfrog_value, "NumPyro tree": numpyro_tree,
                 "NumPyro tree, diagonal metric": numpyro_tree_diagonal,
