@@ -3,13 +3,13 @@ and without its value, against the leapfrog steps of NUTS transitions built by N
 `scalinfer.inference.nuts` runs) and by blackjax's.
 
 The potential is the default `surface` model's on the quickstart's table (``data/calibration/runs.jsonl``, MoE
-runs), in the coordinates NUTS runs it in (the settings' optima pinned, `Model.nuts_kwargs`, around the mode and scaled by the Laplace
-standard deviations),
-evaluated in float32 as a fit does (`Model.potential_dtype`); the integrator is float64 with a dense inverse mass
-matrix, as in a fit. Each program runs ``--leapfrogs`` steps per chain (the transitions' trees capped at depth 4,
-15 steps, at a step size small enough that they rarely turn), one chain per CPU device (``jax.pmap``), on 1 and on
-4 devices (4 chains on this machine's cores is what `scalinfer.fit` runs). Rows, per leapfrog step: wall time of
-the call over all chains' steps, and the process's CPU time over them (medians of ``--repeats`` calls).
+runs), in the coordinates NUTS runs it in (the settings' optima pinned, `Model.nuts_kwargs`, around the mode and
+scaled by the Laplace standard deviations), evaluated in float32 as a fit does (`Model.potential_dtype`); the
+integrator is float64 with a dense inverse mass matrix, as in a fit. Each program runs ``--leapfrogs`` steps per
+chain (the transitions' trees capped at depth 4, 15 steps, at a step size small enough that they rarely turn), one
+chain per CPU device (``jax.pmap``), on 1 and on 4 devices (4 chains on this machine's cores is what `scalinfer.fit`
+runs). Rows, per leapfrog step: wall time of the call over all chains' steps, and the process's CPU time over them
+(medians of ``--repeats`` calls).
 
 - ``leapfrog``: velocity Verlet steps in a ``fori_loop``; the potential's value is carried but never read, so XLA
   drops the part of the program only the value needs;
@@ -22,7 +22,7 @@ the call over all chains' steps, and the process's CPU time over them (medians o
 
     .venv/bin/python benchmarks/nuts_overhead.py [--devices 1,4] [--leapfrogs 480] [--repeats 7]
 
-The last line is one JSON object: ``{"rows": {name: {"devices", "leapfrogs", "wall_us", "cpu_us"}},
+The last line is one JSON object: ``{"dim", "rows": {name: {"devices", "leapfrogs", "wall_us", "cpu_us"}},
 "tree_over_value_cpu_us": {devices: NumPyro tree's CPU per step minus leapfrog + value's}}``.
 """
 
@@ -40,13 +40,29 @@ DEPTH = 4  # trees of at most 15 leapfrog steps
 STEP = 0.02  # small enough that trees rarely turn before the cap
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _counts(text: str) -> list[int]:
+    return [_positive(c) for c in text.split(",")]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--devices", default="1,4", help="CPU device counts to run on, comma-separated (default 1,4)")
-    ap.add_argument("--leapfrogs", type=int, default=480, help="leapfrog steps per chain per call (default 480)")
-    ap.add_argument("--repeats", type=int, default=7, help="timed calls per program (default 7)")
+    ap.add_argument("--devices", type=_counts, default=[1, 4],
+                    help="CPU device counts to run on, comma-separated (default 1,4)")
+    ap.add_argument("--leapfrogs", type=_positive, default=480,
+                    help="leapfrog steps per chain per call (default 480)")
+    ap.add_argument("--repeats", type=_positive, default=7, help="timed calls per program (default 7)")
     args = ap.parse_args()
-    counts = [int(c) for c in args.devices.split(",")]
+    counts = args.devices
 
     import scalinfer
     from scalinfer.runtime import configure
