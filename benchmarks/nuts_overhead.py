@@ -75,7 +75,7 @@ def main() -> None:
     from numpyro.infer.util import potential_energy
 
     from scalinfer.inference.compiled import join_kwargs, split_kwargs
-    from scalinfer.inference.nuts import Preconditioner
+    from scalinfer.inference.fit import _preconditioner as fit_preconditioner
     from scalinfer.inference.optimize import find_map
     from scalinfer.models import get_model
 
@@ -88,10 +88,7 @@ def main() -> None:
     point = find_map(model.model, kwargs, model.init_values(data, constants))
     kwargs, values = model.nuts_kwargs(kwargs, point)
     point = find_map(model.model, kwargs, values, hold=point.held)
-    hess = point.hessian()  # w = (z - mode) / scale, the scales the Laplace standard deviations, as in a fit
-    eig = np.linalg.eigvalsh(hess)
-    scale = np.sqrt(np.diag(np.linalg.inv(hess))) if eig.min() > 0 else 1 / np.sqrt(np.abs(np.diag(hess)) + 1e-2)
-    pre = Preconditioner.around(point.z, np.clip(scale, 1e-8, 10.0))
+    pre = fit_preconditioner(point, True)  # w = (z - mode) / the Laplace standard deviations, as a fit's
     dynamic, static = split_kwargs(kwargs)
     dtype = np.dtype(model.potential_dtype or "float64")
     dynamic = jax.tree.map(lambda x: np.asarray(x).astype(dtype) if np.issubdtype(np.asarray(x).dtype, np.floating)
@@ -129,7 +126,7 @@ def main() -> None:
             return s, total + s.potential_energy
 
         s, total = jax.lax.fori_loop(0, n_steps, body, (s, jnp.zeros((), w0.dtype)))
-        return s.z + 0 * total, jnp.asarray(n_steps)
+        return s.z, jnp.asarray(n_steps), total
 
     def numpyro_tree(w0, data, metric=inverse_mass, potential=None):
         vv_update, s = start(potential or potential_of(data), w0)
