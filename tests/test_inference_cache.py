@@ -215,3 +215,44 @@ def test_only_programs_named_by_their_inputs_are_stored():
             return None
 
     assert compiled._stored_name(build, NotADataclass().model, (), ()) is None
+
+
+def _sine(x):
+    import jax.numpy as jnp
+
+    return jnp.sin(x)
+
+
+def test_a_programs_compiler_options_hold_ahead_and_on_a_first_call(monkeypatch):
+    """A program declared with an optimization level (`compiled.program`'s ``optimization_level``: the mode
+    search's, at 1) compiles every executable with it, whether compiled ahead (``lower(...).compile()``) or by a
+    first call with new shapes, and each executable once: the call must not fall back to a jitted function that
+    XLA would compile again at its default level."""
+    import jax
+
+    from scalinfer.inference import compiled
+
+    seen = []
+    original = jax.stages.Lowered.compile
+
+    def compile_(self, compiler_options=None, **kw):
+        seen.append(compiler_options)
+        return original(self, compiler_options=compiler_options, **kw)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", compile_)
+
+    @compiled.program(optimization_level=1)
+    def build(model_fn, static):
+        return jax.jit(model_fn)
+
+    fn = build(_sine, ())
+    level1 = {"xla_backend_optimization_level": 1}
+    x = np.linspace(0.0, 1.0, 5)
+    np.testing.assert_allclose(fn(x), np.sin(x), rtol=1e-12)  # a first call: compiled here, with the options
+    fn(x)
+    assert seen == [level1]
+    y = np.linspace(0.0, 1.0, 7)
+    fn.lower(y).compile()  # compiled ahead for other shapes, then called
+    np.testing.assert_allclose(fn(y), np.sin(y), rtol=1e-12)
+    assert seen == [level1, level1]
+    assert fn.resolve(y) is fn.resolve(y)  # the executable itself, kept

@@ -93,17 +93,25 @@ _MAX_PROGRAMS = 64
 _CACHES: list[dict[Any, Callable]] = []
 
 
-def program(build: Callable) -> Callable:
+def program(build: Callable | None = None, *, optimization_level: int | None = None) -> Callable:
     """Cache the result of ``build(model_fn, static, *settings)`` per model and settings: a jitted function, or a
     tuple whose first item is one (and what goes with it). The jitted function is handed out as a
     `StoredProgram`, named by the model, `static`, the settings and `build` (`_stored_name`); without a name
     where these cannot say all the program depends on (a model defined outside scalinfer, a closure, a setting
     without a faithful ``repr``), and then traced in every process.
 
+    `optimization_level`: XLA's backend (LLVM) optimization level its executables are compiled at (None: XLA's
+    default, 3). A program run only a few dozen times, whose compilation costs more than its runs, compiles
+    at 1 (``@program(optimization_level=1)``: the mode search's batched gradient); NUTS's, run some 10^5 times,
+    at XLA's default.
+
     The cache keeps the functions alive, so JAX's in-memory cache of their executables is reused by later fits;
     JAX's persistent cache (`scalinfer.runtime.configure`) and the program store cover new processes and
     programs dropped by `release_if_crowded`.
     """
+    if build is None:
+        return functools.partial(program, optimization_level=optimization_level)
+    options = None if optimization_level is None else {"xla_backend_optimization_level": int(optimization_level)}
     cache: dict[Any, Callable] = {}
     _CACHES.append(cache)
 
@@ -118,9 +126,9 @@ def program(build: Callable) -> Callable:
                 built = build(model_fn, static, *settings)
                 name = _stored_name(build, model_fn, static, settings)
                 if isinstance(built, tuple):
-                    fn = (StoredProgram(built[0], name), *built[1:])
+                    fn = (StoredProgram(built[0], name, options), *built[1:])
                 else:
-                    fn = StoredProgram(built, name)
+                    fn = StoredProgram(built, name, options)
                 cache[key] = fn
         return fn
 
@@ -230,10 +238,13 @@ class StoredProgram:
     of these shapes. With a `name` (`_stored_name`) and a store (`program_store`), the program is read from
     ``store / sha256(name, shapes)`` or, if not there (or unreadable), traced, exported and written there
     (atomically); either way the call runs the exported program, so the first process and the next run the
-    same one. Without a name or a store, the jitted function itself."""
+    same one. Without a name or a store, the jitted function itself.
 
-    def __init__(self, jitted: Callable, name: str | None):
-        self.jitted, self.name = jitted, name
+    `compiler_options`: XLA's options for every executable of the program (``jax.stages.Lowered.compile``'s;
+    None: XLA's defaults), whether compiled ahead (`lower`) or by a first call."""
+
+    def __init__(self, jitted: Callable, name: str | None, compiler_options: dict[str, Any] | None = None):
+        self.jitted, self.name, self.compiler_options = jitted, name, compiler_options
         self._programs: dict[str, Callable] = {}
         self._compiled: dict[str, Callable] = {}
         self._lock = threading.Lock()
@@ -287,17 +298,20 @@ class StoredProgram:
             with self._lock:
                 self._compiled[shapes] = compiled
 
-        return LoweredProgram(self._for(shapes, args).lower(*args), keep)
+        return LoweredProgram(self._for(shapes, args).lower(*args), keep, self.compiler_options)
 
     def __call__(self, *args: Any) -> Any:
         return self.resolve(*args)(*args)
 
     def resolve(self, *args: Any) -> Callable:
         """What a call with arguments of these shapes runs (the executable `LoweredProgram.compile` handed over,
-        else the stored or jitted function): a caller that calls it many times with such arguments (the mode
-        search's batches) can keep it and skip working out the arguments' shapes each time."""
+        else the stored or jitted function; with `compiler_options`, the executable compiled here with them):
+        a caller that calls it many times with such arguments (the mode search's batches) can keep it and skip
+        working out the arguments' shapes each time."""
         shapes = _shapes(args)
         compiled = self._compiled.get(shapes)
+        if compiled is None and self.compiler_options is not None:
+            compiled = self.lower(*args).compile()
         return compiled if compiled is not None else self._for(shapes, args)
 
 
@@ -308,11 +322,11 @@ class LoweredProgram:
     does not look for it again (a jitted ``Exported.call`` called after its ``lower().compile()`` in another
     thread compiled it a second time)."""
 
-    def __init__(self, lowered, keep: Callable[[Any], None]):
-        self.lowered, self._keep = lowered, keep
+    def __init__(self, lowered, keep: Callable[[Any], None], compiler_options: dict[str, Any] | None = None):
+        self.lowered, self._keep, self.compiler_options = lowered, keep, compiler_options
 
     def compile(self):
-        compiled = self.lowered.compile()
+        compiled = self.lowered.compile(compiler_options=self.compiler_options)
         self._keep(compiled)
         return compiled
 

@@ -82,9 +82,11 @@ def _start_program(model_fn, static, strategy: str):
     return jax.jit(scalinfer_start)
 
 
-@program
+@program(optimization_level=1)
 def _batch_program(model_fn, static):
-    """(flat points (n, dim), template z, data) -> (potentials (n,), gradients (n, dim))."""
+    """(flat points (n, dim), template z, data) -> (potentials (n,), gradients (n, dim)). Compiled at XLA's
+    backend optimization level 1, not its default 3: a mode search runs it some 20-100 times, so its compilation
+    is most of its cost (benchmarks/README.md, "fit_speed.py")."""
 
     def scalinfer_potential(flat, z_like, dyn):
         _, unravel = ravel_pytree(z_like)
