@@ -74,6 +74,9 @@ def test_bad_arguments_are_named():
         _run(preconditioner=Preconditioner.around({"x": np.zeros(2)}))
     with pytest.raises(ValueError, match="leading axis of size chains=3"):
         _run(chains=3)
+    for bad in (0.0, 1.0, 1.5):
+        with pytest.raises(ValueError, match="target_accept must be between 0 and 1"):
+            _run(target_accept=bad)
 
 
 def test_model_arguments_are_all_data():

@@ -73,9 +73,9 @@ class Funnel(Model):
 RUNS = validate(pd.DataFrame({"N": [1e8, 2e8], "D": [2e9, 2e9], "loss": [3.0, 3.0]}), source="toy", kind="runs")
 
 
-def _fit(proposed, own=0.0, quiet=True):
+def _fit(proposed, own=0.0, quiet=True, target_accept=None):
     return fit(RUNS, model=Funnel(proposed, own), chains=2, warmup=300, samples=300, max_samples=300, seed=0,
-               quiet=quiet)
+               quiet=quiet, target_accept=target_accept)
 
 
 def test_own_coordinates_without_a_proposal():
@@ -98,8 +98,12 @@ def test_diverging_coordinates_from_the_mode_give_way_to_the_models_own(capsys):
     said = capsys.readouterr().err
     n = int(said.split("from the mode after ")[1].split(" draws")[0])
     assert n < 300  # stopped: the centered funnel diverges in its first draws
+    # then again with a smaller step (target_accept 0.9 -> 0.95), which cannot reach the neck either
+    n = int(said.split("a divergent transition at target_accept 0.95 after ")[1].split(" draws")[0])
+    assert n < 300
     assert "sampling in full" not in said
     assert f.attrs["nuts_coordinates"] == "the model's own (fewer divergences)"
+    assert f.attrs["target_accept"] == 0.9  # the model's own run at the target asked for
     assert f.divergences == 0
     x = f.arrays("posterior", ["x", "v"])
     # the funnel's v is N(0, 3^2) (the data barely inform it): 600 draws put its sd within 2.2-3.8 (a chain that
@@ -117,3 +121,32 @@ def test_coordinates_from_the_mode_run_in_full_when_the_models_own_diverge_too(c
     assert f.posterior.sizes["draw"] == 300
     assert f.divergences > 0
     assert f.attrs["nuts_coordinates"] in ("from the mode", "the model's own (fewer divergences)")
+
+
+def test_coordinates_from_the_mode_run_again_with_a_smaller_step_where_they_diverge(monkeypatch, capsys):
+    """Where the run from the mode diverges, `fit` runs there again at target_accept halfway to 1 before it turns to
+    the model's own coordinates, and keeps that run where it does not diverge: the draws of a fit asked for that
+    target (one program for both runs: the target is an argument of NUTS's program). The divergence at 0.9 is
+    made here (the first draw of the run marked divergent), so the test does not hang on where a real one falls."""
+    from scalinfer.inference import nuts
+
+    real = nuts.run_nuts
+
+    def run_nuts(*args, target_accept, stop_when_divergent=False, **kwargs):
+        draws, stats = real(*args, target_accept=target_accept, stop_when_divergent=stop_when_divergent, **kwargs)
+        if stop_when_divergent and target_accept == 0.9:
+            stats = {**stats, "diverging": np.asarray(stats["diverging"]).copy()}
+            stats["diverging"][0, 0] = True
+        return draws, stats
+
+    monkeypatch.setattr(nuts, "run_nuts", run_nuts)
+    f = _fit(0.0, quiet=False)  # non-centered: no real divergence at any target
+    said = capsys.readouterr().err
+    assert "sampling again there with target_accept 0.95" in said
+    assert "model's own" not in said
+    assert f.attrs["nuts_coordinates"] == "from the mode"
+    assert f.attrs["target_accept"] == 0.95
+    assert f.divergences == 0
+    monkeypatch.setattr(nuts, "run_nuts", real)
+    asked = _fit(0.0, target_accept=0.95)
+    np.testing.assert_array_equal(f.arrays("posterior", ["v"])["v"], asked.arrays("posterior", ["v"])["v"])

@@ -59,6 +59,14 @@ RHAT_STUCK = 1.1
 WARMUP_TREE_DEPTH = 6
 
 
+def _careful_target(target_accept: float) -> float:
+    """The target acceptance of NUTS's second run in coordinates from the mode where the first diverged
+    (`fit`): halfway from `target_accept` to 1 (0.9 -> 0.95), a smaller step, Stan's remedy for divergent
+    transitions. On the quickstart's table those coordinates diverge at 0.9 on most seeds and at 0.95 on few,
+    and a run there costs about half of one in the model's own (benchmarks/README.md, "fit_speed.py")."""
+    return 1.0 - (1.0 - float(target_accept)) / 2
+
+
 def _log(msg: str, quiet: bool) -> None:
     if not quiet:
         print(f"scalinfer: {msg}", file=sys.stderr, flush=True)
@@ -86,9 +94,12 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         given the fewest of those sites, in their order, for which the search converges, held at the model's
         start values (the fit's attribute ``map_held`` names them). Where the model chooses NUTS's coordinates
         from the mode (`Model.nuts_kwargs`: the surface's pinned optima), the mode is found again in them and
-        NUTS runs there; if it diverges there, it stops at the end of that chunk of draws and runs again in the
-        model's own coordinates, and the fit keeps the run with fewer divergences (the attribute
-        ``nuts_coordinates`` says which; where both diverge, the first is run again in full to count them).
+        NUTS runs there; if it diverges there, it stops at the end of that chunk of draws and runs again there
+        with a smaller step, at a target acceptance halfway from `target_accept` to 1 (`_careful_target`: Stan's
+        remedy for divergences; the fit's attribute ``target_accept`` says which ran); if that diverges too, it
+        stops likewise and runs in the model's own coordinates at `target_accept`, and the fit keeps the run with
+        fewer divergences (the attribute ``nuts_coordinates`` says which; where both diverge, the careful one is
+        run again in full to count them).
     max_samples : where the draws so far have not converged (R-hat above `RHAT_MAX` or bulk ESS below `ESS_MIN`
         for a scalar parameter, the criteria of `Fit.warnings`), NUTS draws `EXTEND_FRACTION` x `samples` more per
         chain, continuing the same chains, until they have or `max_samples` are drawn
@@ -218,7 +229,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
                  "not drawing more: a chain stuck apart from the others stays apart"), quiet)
         return not more
 
-    def nuts(kwargs, point, metric: bool, stop_when_divergent: bool = False):
+    def nuts(kwargs, point, metric: bool, stop_when_divergent: bool = False, settings=nuts_settings):
         # start each chain at a different point of the Laplace approximation (over-dispersed a little), so
         # that R-hat can tell if chains disagree; fall back to jitter around the mode
         try:
@@ -231,25 +242,35 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         return run_nuts(m.model, kwargs, init, seed=seed, preconditioner=_preconditioner(point, metric),
                         progress=progress,
                         max_samples=max_samples, extend_by=extend_by, enough=enough if chains > 1 else None,
-                        stop_when_divergent=stop_when_divergent, **nuts_settings)
+                        stop_when_divergent=stop_when_divergent, **settings)
 
-    # coordinates fitted to the mode that fail somewhere give way to the model's own, if those diverge less: the run
-    # in them stops at its first divergent draw, and is run in full only if the model's own diverge too
+    # coordinates fitted to the mode that fail somewhere are tried again with a smaller step, then give way to the
+    # model's own, if those diverge less: the runs in them stop at their first divergent draw, and the careful one
+    # is run in full only if the model's own diverge too
     draws, stats = nuts(kwargs, point, metric=pinned is not None, stop_when_divergent=pinned is not None)
     if pinned is not None:
         extra["nuts_coordinates"] = "from the mode"
+        careful = {**nuts_settings, "target_accept": _careful_target(target_accept)}
         if stats["diverging"].any():
             _log(f"{m.name}: a divergent transition in NUTS's coordinates from the mode after "
-                 f"{stats['diverging'].shape[1]} draws per chain; sampling again in the model's own", quiet)
+                 f"{stats['diverging'].shape[1]} draws per chain; sampling again there with target_accept "
+                 f"{careful['target_accept']:g}", quiet)
+            draws, stats = nuts(kwargs, point, metric=True, stop_when_divergent=True, settings=careful)
+            extra["target_accept"] = careful["target_accept"]
+        if stats["diverging"].any():
+            _log(f"{m.name}: a divergent transition at target_accept {careful['target_accept']:g} after "
+                 f"{stats['diverging'].shape[1]} draws per chain; sampling again in the model's own coordinates",
+                 quiet)
             again = nuts(*own, metric=False)
             n_own = int(again[1]["diverging"].sum())
             if n_own:
                 _log(f"{m.name}: {n_own} divergent transitions in the model's own coordinates; sampling in full in "
                      "those from the mode, to keep the coordinates with fewer", quiet)
-                draws, stats = nuts(kwargs, point, metric=True)
+                draws, stats = nuts(kwargs, point, metric=True, settings=careful)
             if n_own < int(stats["diverging"].sum()):
                 (kwargs, point), (draws, stats) = own, again
                 extra["nuts_coordinates"] = "the model's own (fewer divergences)"
+                extra["target_accept"] = target_accept
     extra["samples_extended"] = int(stats["diverging"].shape[1] - samples)
     t_nuts = time.perf_counter() - t1
     extra["warmup_leapfrog_steps"] = int(stats.pop("warmup_num_steps").sum())

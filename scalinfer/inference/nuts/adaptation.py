@@ -45,14 +45,15 @@ WINDOW_DRAWS = 4
 
 
 class NutsConfig(NamedTuple):
-    """The settings of a NUTS run (hashable: one compiled program per configuration).
+    """The settings of a NUTS run that shape its program (hashable: one compiled program per configuration).
+    The target acceptance probability the step size is adapted toward is not one of them: an argument of the
+    program (`scalinfer.inference.nuts.run_nuts`), so that a run at another one compiles nothing.
 
     Attributes
     ----------
     warmup : adaptation iterations, whose draws are discarded.
     samples : draws kept per chain after warmup.
     adapt : mass-matrix adaptation in warmup, one of `ADAPT`; the step size is always adapted.
-    target_accept : the mean acceptance probability the step size is adapted toward.
     max_tree_depth : NUTS's tree depth cap after warmup (at most 2^depth - 1 leapfrog steps per draw).
     warmup_tree_depth : the cap during warmup.
     potential_dtype : the float type the potential and its gradient are evaluated in (``"float32"``,
@@ -62,7 +63,6 @@ class NutsConfig(NamedTuple):
     warmup: int
     samples: int
     adapt: str = "dense"
-    target_accept: float = 0.8
     max_tree_depth: int = 10
     warmup_tree_depth: int = 10
     potential_dtype: str | None = None

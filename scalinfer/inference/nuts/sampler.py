@@ -259,7 +259,7 @@ export.register_pytree_node_serialization(
 
 
 def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: str | None = None, chains: int = 1):
-    """One chain, in chunks: ``(rng_key, first, preconditioner, data, loop, start, stop) -> loop``.
+    """One chain, in chunks: ``(rng_key, first, preconditioner, target_accept, data, loop, start, stop) -> loop``.
 
     The program runs iterations ``start`` to ``stop`` of warmup + sampling, carrying `_Loop` (the draws of w and
     their stats among it) in and out; at ``start == 0`` it ignores the `loop` given (any value of its shapes,
@@ -269,7 +269,7 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: 
     dtype = None if config.potential_dtype is None else jnp.dtype(config.potential_dtype)
     warmup, samples = config.warmup, config.samples
 
-    def parts(rng_key, first: ChainStart, preconditioner: Preconditioner, data):
+    def parts(rng_key, first: ChainStart, preconditioner: Preconditioner, target_accept, data):
         kwargs = join_kwargs(data, static)  # the data come in the potential's precision (`_program_and_arguments`)
         # the potential's value in a type known without tracing the model: `potential_dtype`, else JAX's default
         # float type (the data's, as `run_nuts` passes them); so the carry's shapes (`loop_shapes`) need no trace.
@@ -281,8 +281,8 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: 
 
         _, step = nuts_kernel(potential, max(config.max_tree_depth, config.warmup_tree_depth))
         w0 = first.position
-        adapt_init, adapt_update, adapt_final = window_adaptation(warmup, w0.shape[0], config.adapt,
-                                                                  config.target_accept, axis_name, chains)
+        adapt_init, adapt_update, adapt_final = window_adaptation(warmup, w0.shape[0], config.adapt, target_accept,
+                                                                  axis_name, chains)
 
         def fresh() -> _Loop:
             # the chain's key (`_chain_keys`); the start's potential and gradient in the types the transitions carry
@@ -320,8 +320,9 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: 
 
         return fresh, body
 
-    def scalinfer_nuts(rng_key, first: ChainStart, preconditioner: Preconditioner, data, loop: _Loop, start, stop):
-        fresh, body = parts(rng_key, first, preconditioner, data)
+    def scalinfer_nuts(rng_key, first: ChainStart, preconditioner: Preconditioner, target_accept, data, loop: _Loop,
+                       start, stop):
+        fresh, body = parts(rng_key, first, preconditioner, target_accept, data)
         loop = lax.cond(start == 0, lambda _: fresh(), lambda given: given, loop)
         return lax.fori_loop(start, stop, body, loop)
 
@@ -333,7 +334,8 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: 
         # JAX's default float type too: the carry's floats follow it (float64 only where the caller enabled it)
         key = (jnp.result_type(float), tree, tuple((np.shape(x), np.result_type(x)) for x in leaves))
         if key not in shapes:
-            shapes[key] = jax.eval_shape(lambda *a: parts(*a)[0](), *args)
+            # (the target acceptance enters only the adaptation's updates, not the carry's shapes)
+            shapes[key] = jax.eval_shape(lambda k, f, p, d: parts(k, f, p, 0.5, d)[0](), *args)
         return shapes[key]
 
     return scalinfer_nuts, loop_shapes
@@ -342,8 +344,8 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: 
 @program
 def _nuts_program(model_fn, static, config: NutsConfig, chains: int, parallel: bool):
     """The compiled program of all `chains` chains, the shapes of what one chain's loop carries (`_chain_fn`) and
-    where the loop goes (None: the default device). Every argument but the data, the preconditioner and the
-    chunk's bounds has a leading chain axis, named ``"chain"``: the warmup pools the chains' draws along it
+    where the loop goes (None: the default device). Every argument but the data, the preconditioner, the target
+    acceptance and the chunk's bounds has a leading chain axis, named ``"chain"``: the warmup pools the chains' draws along it
     (`window_adaptation`).
 
     - `parallel`: one chain per device, the loop split over them as the program returns it (so that the chunks
@@ -353,27 +355,28 @@ def _nuts_program(model_fn, static, config: NutsConfig, chains: int, parallel: b
     - else the chains vectorized (`jax.vmap`) on one device: each transition of the batch waits for its longest
       tree, which with the pooled warmup's one kernel differ little from chain to chain."""
     fn, loop_shapes = _chain_fn(model_fn, static, config, "chain" if chains > 1 else None, chains)
-    axes = (0, 0, None, None, 0, None, None)
+    axes = (0, 0, None, None, None, 0, None, None)
     if not parallel:
-        def scalinfer_nuts_vectorized(keys, first, preconditioner, data, loop, start, stop):
-            return jax.vmap(fn, in_axes=axes, axis_name="chain")(keys, first, preconditioner, data, loop, start,
-                                                                  stop)
+        def scalinfer_nuts_vectorized(keys, first, preconditioner, target_accept, data, loop, start, stop):
+            return jax.vmap(fn, in_axes=axes, axis_name="chain")(keys, first, preconditioner, target_accept, data,
+                                                                  loop, start, stop)
 
         return jax.jit(scalinfer_nuts_vectorized), loop_shapes, None
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     mesh = Mesh(np.array(jax.local_devices()[:chains]), ("chain",))
 
-    def one_chain_per_device(keys, first, preconditioner, data, loop, start, stop):
+    def one_chain_per_device(keys, first, preconditioner, target_accept, data, loop, start, stop):
         first, loop = (jax.tree.map(lambda x: x[0], t) for t in (first, loop))
-        out = fn(keys[0], first, preconditioner, data, loop, start, stop)
+        out = fn(keys[0], first, preconditioner, target_accept, data, loop, start, stop)
         return jax.tree.map(lambda x: x[None], out)
 
-    def scalinfer_nuts_chains(keys, first, preconditioner, data, loop, start, stop):
+    def scalinfer_nuts_chains(keys, first, preconditioner, target_accept, data, loop, start, stop):
         chain, everywhere = PartitionSpec("chain"), PartitionSpec()
         return jax.shard_map(one_chain_per_device, mesh=mesh,
                              in_specs=tuple(everywhere if a is None else chain for a in axes),
-                             out_specs=chain, check_vma=False)(keys, first, preconditioner, data, loop, start, stop)
+                             out_specs=chain, check_vma=False)(keys, first, preconditioner, target_accept, data,
+                                                               loop, start, stop)
 
     return jax.jit(scalinfer_nuts_chains), loop_shapes, NamedSharding(mesh, PartitionSpec("chain"))
 
@@ -427,11 +430,18 @@ def _run_chunks(run, args, loop, warmup: int, samples: int, chunks, bar, divergi
     return loop, chunks[-1][1]
 
 
-def _config(warmup, samples, adapt, target_accept, max_tree_depth, warmup_tree_depth, potential_dtype) -> NutsConfig:
+def _config(warmup, samples, adapt, max_tree_depth, warmup_tree_depth, potential_dtype) -> NutsConfig:
     """`run_nuts`'s and `lower_nuts`'s settings as the program's `NutsConfig` (warmup's depth cap defaults to
     sampling's)."""
-    return NutsConfig(int(warmup), int(samples), adapt, float(target_accept), int(max_tree_depth),
+    return NutsConfig(int(warmup), int(samples), adapt, int(max_tree_depth),
                       int(max_tree_depth if warmup_tree_depth is None else warmup_tree_depth), potential_dtype)
+
+
+def _target(target_accept: float) -> np.ndarray:
+    """The program's target acceptance argument, in JAX's default float type (checked: in (0, 1))."""
+    if not 0.0 < float(target_accept) < 1.0:
+        raise ModelError(f"target_accept must be between 0 and 1 (exclusive), got {target_accept!r}")
+    return np.asarray(float(target_accept), jnp.result_type(float))
 
 
 def _program_and_arguments(model_fn: Callable, model_kwargs: dict[str, Any], first: ChainStart,
@@ -472,13 +482,13 @@ def lower_nuts(model_fn: Callable, model_kwargs: dict[str, Any], like: dict[str,
     as `scalinfer.fit` does while it searches for the posterior mode; `run_nuts` then runs that executable (the
     program keeps it for arguments of these shapes). Tracing stays in the caller's thread: NumPyro's effect
     handlers live on one process-wide stack."""
-    config = _config(warmup, samples, adapt, target_accept, max_tree_depth, warmup_tree_depth, potential_dtype)
+    config = _config(warmup, samples, adapt, max_tree_depth, warmup_tree_depth, potential_dtype)
     preconditioner = Preconditioner.around({k: np.zeros(v.shape) for k, v in like.items()})
     d = preconditioner.dim
     first = ChainStart(np.zeros((chains, d)), np.zeros(chains), np.zeros((chains, d)))
     run, keys, data, loop = _program_and_arguments(model_fn, model_kwargs, first, preconditioner, config, chains,
                                                    chain_method, 0)
-    return run.lower(keys, first, preconditioner, data, loop, 0, 0)
+    return run.lower(keys, first, preconditioner, _target(target_accept), data, loop, 0, 0)
 
 
 def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict[str, Any], *, chains: int,
@@ -501,6 +511,8 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         matrix warmup starts from (`Preconditioner`).
     adapt : mass-matrix adaptation during warmup (`ADAPT`): ``"dense"``, ``"diag"`` or ``"none"`` (the
         preconditioner's metric throughout, by default the identity on w; the step size is always adapted).
+    target_accept : the mean acceptance probability warmup adapts the step size toward, in (0, 1): an argument of
+        the compiled program, so that a run at another one (`scalinfer.fit`'s careful rerun) compiles nothing.
     max_tree_depth, warmup_tree_depth : NUTS's tree depth caps after and during warmup (default: the same).
     chain_method : ``"parallel"`` (one device per chain) or ``"vectorized"`` (the chains batched in one program
         on one device), one of `CHAIN_METHODS`; see `runtime.chain_method_for`. The two run the same per-chain
@@ -534,6 +546,7 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     """
     if adapt not in ADAPT:
         raise ModelError(f"adapt must be one of {ADAPT}, got {adapt!r}")
+    target = _target(target_accept)
     warmup, samples = int(warmup), int(samples)
     if samples < 1:
         raise ModelError(f"samples must be at least 1, got {samples}")
@@ -554,7 +567,7 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         raise ModelError(f"the preconditioner's sites {preconditioner.sites} are not init_params' {expected}")
     init_w = np.stack([preconditioner.to_w({k: v[c] for k, v in init.items()}) for c in range(chains)])
     first = _chain_starts(model_fn, model_kwargs, like, preconditioner, init_w)
-    config = _config(warmup, samples, adapt, target_accept, max_tree_depth, warmup_tree_depth, potential_dtype)
+    config = _config(warmup, samples, adapt, max_tree_depth, warmup_tree_depth, potential_dtype)
     run, keys, data, loop = _program_and_arguments(model_fn, model_kwargs, first, preconditioner, config, chains,
                                                    chain_method, seed)
     show = sys.stderr is not None and sys.stderr.isatty() if progress is None else bool(progress)
@@ -585,7 +598,7 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
 
     with tqdm(total=per_block, file=sys.stderr, disable=not show, unit="it", dynamic_ncols=True,
               desc=f"NUTS, {chains} chains: starting", leave=True) as bar:
-        args = (keys, first, preconditioner, data)
+        args = (keys, first, preconditioner, target, data)
         stop = stop_when_divergent
         loop, end = _run_chunks(run, args, loop, warmup, samples, _chunks(warmup, warmup, warmup + samples, show, stop),
                                 bar, 0, stop)
