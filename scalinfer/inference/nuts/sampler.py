@@ -3,7 +3,7 @@
 NumPyro's ``MCMC(...).run(rng, **data)`` maps over chains a function that closes over the data, so the data
 are constants of the compiled program: every table, even of the same shapes, compiles again, and the
 persistent compilation cache never hits across datasets. Here the program is a function of
-``(rng_key, first, preconditioner, data)``:
+``(rng_key, first, preconditioner, target_accept, data)``:
 
 - the chain runs on coordinates w, z = mean + scale * w (`Preconditioner`), where z is the model's flat
   unconstrained vector; the potential is `numpyro.infer.util.potential_energy(model, (), data, z)`; the
@@ -15,10 +15,11 @@ persistent compilation cache never hits across datasets. Here the program is a f
   mass matrix this loop holds. NumPyro's kernel (`numpyro.infer.hmc.hmc`) keeps its step size and mass
   matrix in its own adaptation state, set at initialisation, so an adaptation of ours would have to write
   into that state; building the tree here keeps the kernel stateless (`nuts_kernel`);
-- warmup (`scalinfer.inference.nuts.adaptation.window_adaptation`) and sampling run in one `lax.fori_loop`,
-  collecting the draws of w and the `NutsStats`; the draws are then mapped to the constrained space
-  (deterministic sites included) by a program of their own (`scalinfer.inference.compiled.constrain`, the data
-  again an argument);
+- warmup (`scalinfer.inference.nuts.adaptation.window_adaptation`, its step size adapted toward the mean
+  acceptance `target_accept`, an argument so that a run at another target compiles nothing) and sampling run in
+  one `lax.fori_loop`, collecting the draws of w and the `NutsStats`; the draws are then mapped to the
+  constrained space (deterministic sites included) by a program of their own
+  (`scalinfer.inference.compiled.constrain`, the data again an argument);
 - chains are mapped over devices, one chain per device, when JAX has a device per chain: `jax.pmap` with
   the data broadcast, written as the `jit` of a `shard_map`; else they are vectorized (`jax.vmap`) on one
   device. Either way the chains share a named axis, ``"chain"``, along which warmup pools their draws: one
