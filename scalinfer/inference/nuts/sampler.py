@@ -346,8 +346,8 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: 
 def _nuts_program(model_fn, static, config: NutsConfig, chains: int, parallel: bool):
     """The compiled program of all `chains` chains, the shapes of what one chain's loop carries (`_chain_fn`) and
     where the loop goes (None: the default device). Every argument but the data, the preconditioner, the target
-    acceptance and the chunk's bounds has a leading chain axis, named ``"chain"``: the warmup pools the chains' draws along it
-    (`window_adaptation`).
+    acceptance and the chunk's bounds has a leading chain axis, named ``"chain"``: the warmup pools the chains'
+    draws along it (`window_adaptation`).
 
     - `parallel`: one chain per device, the loop split over them as the program returns it (so that the chunks
       after the first do not compile again): what ``jax.pmap(chain, in_axes=(0, 0, None, None, 0, None,
