@@ -7,21 +7,23 @@ Everything here runs on one compiled program per model and data shapes, `_batch_
 (negative log joint, *summed* over runs) and its gradient at a batch of unconstrained points (a `vmap` of
 `jax.value_and_grad`), with the data as an argument (see `scalinfer.inference.compiled`). The rest is NumPy:
 
-- **Newton.** Each iteration takes the Hessian by forward differences of the gradient (at x + h e_i, in one
-  batch or a few; h = eps^(1/2), so the error is ~1e-8 relative in float64), replaces its
-  eigenvalues by their absolute values (a saddle is left, not approached: the joint density of a
-  hierarchical model has saddles), and evaluates the step at lengths 1, 1/2, 1/4, ... a batch at a time,
-  keeping the longest that meets Armijo's condition. It stops when the largest gradient component is below
-  `gtol`, or, once it is below `CONVERGED_GRAD`, when the Newton decrement g' |H|^-1 g / 2 (what the step
-  expects to gain) is below `DECREMENT_TOL` relative to the potential: there the sum over the runs has reached
-  its rounding, and on a large table the gradient does not get below `gtol` (on Step Law's 1,911 runs it
-  stalls a few times above it). The decrement alone is not enough: along a stiff direction a gradient above
-  `CONVERGED_GRAD` can expect a fall below the rounding. It gives up, not converged, after `UNBOUNDED_ITER`
-  full Newton steps in a row that did not halve the gradient: near a maximum a full step shrinks the gradient
-  by orders of magnitude, so steps that keep their full length and leave it as it is follow a density that rises
-  without bound (a joint density with no maximum, as a hierarchical one where a scale runs to 0), and the search
-  stops there instead of at `max_iter` (benchmarks/README.md, "the mode search where the joint density has no
-  maximum").
+- **Newton.** Each iteration takes the Hessian by forward differences of the gradient (at x + h e_i, in one batch
+  or a few; h = eps^(1/2), so the error is ~1e-8 relative in float64), replaces its eigenvalues by their absolute
+  values (a saddle is left, not approached: the joint density of a hierarchical model has saddles), and evaluates
+  the step at lengths 1, 1/2, 1/4, ... a batch at a time, moving to the length of least potential among those that
+  meet Armijo's condition (of lengths within the potential's rounding of that least, `DECREMENT_TOL`, the longest,
+  so that near the mode the full step is kept). Far from the mode the longest acceptable length often overshoots a
+  valley that a shorter one in the same batch reaches, so the least takes fewer iterations (benchmarks/README.md,
+  "fit_speed.py"). It stops when the largest gradient component is below `gtol`, or, once it is below
+  `CONVERGED_GRAD`, when the Newton decrement g' |H|^-1 g / 2 (what the step expects to gain) is below
+  `DECREMENT_TOL` relative to the potential: there the sum over the runs has reached its rounding, and on a large
+  table the gradient does not get below `gtol` (on Step Law's 1,911 runs it stalls a few times above it). The
+  decrement alone is not enough: along a stiff direction a gradient above `CONVERGED_GRAD` can expect a fall below
+  the rounding. It gives up, not converged, after `UNBOUNDED_ITER` full Newton steps in a row that did not halve
+  the gradient: near a maximum a full step shrinks the gradient by orders of magnitude, so steps that keep their
+  full length and leave it as it is follow a density that rises without bound (a joint density with no maximum, as
+  a hierarchical one where a scale runs to 0), and the search stops there instead of at `max_iter`
+  (benchmarks/README.md, "the mode search where the joint density has no maximum").
 - **Why not L-BFGS.** The posterior's curvatures span many orders of magnitude (1e-1 to 1e8 on Step Law),
   beyond what a few memory pairs capture: L-BFGS stopped far from the mode where Newton converges, and its
   programs cost more to compile than the batched gradient (figures in benchmarks/README.md).
@@ -244,7 +246,8 @@ def _newton(objective: Objective, x: np.ndarray, fx: float, g: np.ndarray, gtol:
                 break
         else:
             break
-        k = int(np.argmax(ok))  # the longest step that decreases the potential enough
+        least = np.where(ok, ft, np.inf)  # of the lengths that decrease the potential enough, the least potential's
+        k = int(np.argmax(least <= least.min() + DECREMENT_TOL * max(1.0, abs(fx))))  # (the longest within rounding)
         history.append((bool(t[k] == 1.0), float(np.max(np.abs(g[free])))))
         x, fx, g = x + t[k] * step, float(ft[k]), gt[k]
     gmax = float(np.max(np.abs(g[free]))) if np.all(np.isfinite(g)) else np.inf
