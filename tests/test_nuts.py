@@ -14,7 +14,7 @@ from numpyro.infer.hmc_util import build_adaptation_schedule
 import scalinfer  # noqa: F401  (asks for CPU devices before JAX starts)
 from scalinfer.inference.nuts import (
     PROGRESS_CHUNKS, Preconditioner, dual_averaging, regularized_mass_matrix, run_nuts, shrunk_covariance,
-    shrunk_windows, step_size, welford_covariance, window_adaptation)
+    shrunk_windows, step_size, terminal_window, welford_covariance, window_adaptation)
 from scalinfer.runtime import configure
 
 SD = np.array([1e-3, 1.0, 30.0])
@@ -379,3 +379,33 @@ def test_a_run_stops_at_the_end_of_the_first_chunk_that_diverges():
     plain, plain_stats = _run()
     assert not plain_stats["diverging"].any()
     np.testing.assert_array_equal(whole["x"], plain["x"])
+
+
+def test_a_careful_run_goes_again_from_warmups_terminal_window_where_the_run_diverges():
+    """``careful_target_accept``: where the run diverges (`stop_when_divergent`), it goes again from the start of
+    warmup's terminal window at that target: bit for bit the run with ``terminal_target_accept`` at it, whose
+    warmup before that window is the plain run's, and the stats say which target ran."""
+    configure(2)
+    init = {"v": np.zeros(2), "x": np.zeros((2, 4))}
+    opts = dict(chains=2, warmup=100, samples=200, seed=0, chain_method="vectorized", target_accept=0.8)
+    at = terminal_window(100)
+    assert at == build_adaptation_schedule(100)[-1].start > 0
+    plain, plain_stats = run_nuts(centered_funnel, {}, init, **opts)
+    assert float(plain_stats["target_accept"]) == 0.8
+    draws, stats = run_nuts(centered_funnel, {}, init, stop_when_divergent=True, careful_target_accept=0.95, **opts)
+    assert float(stats["target_accept"]) == 0.95  # the run at 0.8 diverged (the funnel's neck), so it went again
+    assert stats["diverging"].any()  # and at 0.95 it diverges too: stopped likewise, once
+    terminal, terminal_stats = run_nuts(centered_funnel, {}, init, terminal_target_accept=0.95, **opts)
+    n = stats["diverging"].shape[1]
+    assert n < 200
+    for k in ("v", "x"):
+        np.testing.assert_array_equal(draws[k], terminal[k][:, :n])
+    np.testing.assert_array_equal(stats["warmup_step_size"], terminal_stats["warmup_step_size"])
+    np.testing.assert_array_equal(terminal_stats["warmup_step_size"][:, :at], plain_stats["warmup_step_size"][:, :at])
+    assert not np.array_equal(terminal_stats["warmup_step_size"][:, at:], plain_stats["warmup_step_size"][:, at:])
+    # a run that does not diverge does not go again
+    whole, whole_stats = _run(stop_when_divergent=True, careful_target_accept=0.95)
+    assert float(whole_stats["target_accept"]) == 0.8
+    np.testing.assert_array_equal(whole["x"], _run()[0]["x"])
+    with pytest.raises(ValueError, match="careful_target_accept .* needs stop_when_divergent"):
+        _run(careful_target_accept=0.95)

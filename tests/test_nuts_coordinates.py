@@ -96,9 +96,9 @@ def test_diverging_coordinates_from_the_mode_give_way_to_the_models_own(capsys):
     likelihood of their kwargs."""
     f = _fit(1.0, quiet=False)
     said = capsys.readouterr().err
-    n = int(said.split("from the mode after ")[1].split(" draws")[0])
-    assert n < 300  # stopped: the centered funnel diverges in its first draws
-    # then again with a smaller step (target_accept 0.9 -> 0.95), which cannot reach the neck either
+    # stopped, and again from warmup's terminal window with a smaller step (target_accept 0.9 -> 0.95), which cannot
+    # reach the neck either
+    assert "from the mode; sampled again there from warmup's terminal window (iteration 250)" in said
     n = int(said.split("a divergent transition at target_accept 0.95 after ")[1].split(" draws")[0])
     assert n < 300
     assert "sampling in full" not in said
@@ -124,29 +124,32 @@ def test_coordinates_from_the_mode_run_in_full_when_the_models_own_diverge_too(c
 
 
 def test_coordinates_from_the_mode_run_again_with_a_smaller_step_where_they_diverge(monkeypatch, capsys):
-    """Where the run from the mode diverges, `fit` runs there again at target_accept halfway to 1 before it turns to
-    the model's own coordinates, and keeps that run where it does not diverge: the draws of a fit asked for that
-    target (one program for both runs: the target is an argument of NUTS's program). The divergence at 0.9 is
-    made here (the first draw of the run marked divergent), so the test does not hang on where a real one falls."""
+    """Where the run from the mode diverges, NUTS goes again there from warmup's terminal window at target_accept
+    halfway to 1 (`run_nuts`'s ``careful_target_accept``, whose own test is in tests/test_nuts.py) and `fit` keeps
+    that run where it does not diverge, before it would turn to the model's own coordinates. The divergence at 0.9
+    is made here (`run_nuts` answers as its careful run would: the run at the terminal target 0.95), so the test
+    does not hang on where a real one falls."""
     from scalinfer.inference import nuts
 
     real = nuts.run_nuts
 
-    def run_nuts(*args, target_accept, stop_when_divergent=False, **kwargs):
-        draws, stats = real(*args, target_accept=target_accept, stop_when_divergent=stop_when_divergent, **kwargs)
-        if stop_when_divergent and target_accept == 0.9:
-            stats = {**stats, "diverging": np.asarray(stats["diverging"]).copy()}
-            stats["diverging"][0, 0] = True
-        return draws, stats
+    def run_nuts(*args, careful_target_accept=None, stop_when_divergent=False, **kwargs):
+        if careful_target_accept is not None:  # the run at 0.9 "diverged": what its careful run gives
+            assert stop_when_divergent
+            return real(*args, terminal_target_accept=careful_target_accept, stop_when_divergent=True, **kwargs)
+        return real(*args, stop_when_divergent=stop_when_divergent, **kwargs)
 
     monkeypatch.setattr(nuts, "run_nuts", run_nuts)
     f = _fit(0.0, quiet=False)  # non-centered: no real divergence at any target
     said = capsys.readouterr().err
-    assert "sampling again there with target_accept 0.95" in said
+    assert "sampled again there from warmup's terminal window (iteration 250) with target_accept 0.95" in said
     assert "model's own" not in said
     assert f.attrs["nuts_coordinates"] == "from the mode"
     assert f.attrs["target_accept"] == 0.95
     assert f.divergences == 0
     monkeypatch.setattr(nuts, "run_nuts", real)
-    asked = _fit(0.0, target_accept=0.95)
-    np.testing.assert_array_equal(f.arrays("posterior", ["v"])["v"], asked.arrays("posterior", ["v"])["v"])
+    plain = _fit(0.0)
+    assert plain.attrs["target_accept"] == 0.9
+    # the careful run's draws kept, not those of the run at 0.9
+    v, v_plain = (x.arrays("posterior", ["v"])["v"] for x in (f, plain))
+    assert not np.array_equal(v, v_plain)

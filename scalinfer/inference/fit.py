@@ -61,10 +61,10 @@ WARMUP_TREE_DEPTH = 6
 
 def _careful_target(target_accept: float) -> float:
     """The target acceptance of NUTS's second run in coordinates from the mode where the first diverged
-    (`fit`): halfway from `target_accept` to 1 (0.9 -> 0.95), a smaller step, Stan's remedy for divergent
-    transitions. On the quickstart's table those coordinates diverge at 0.9 on most seeds and at 0.95 on few,
-    and a run there takes about two thirds of the gradients of one in the model's own, with a larger bulk ESS
-    (benchmarks/README.md, "fit_speed.py", 2026-12-05 17:39 UTC)."""
+    (`fit`), from warmup's terminal window on: halfway from `target_accept` to 1 (0.9 -> 0.95), a smaller step,
+    Stan's remedy for divergent transitions. On the quickstart's table those coordinates diverge at 0.9 on most
+    seeds and at 0.95 on few, and a run there takes about two thirds of the gradients of one in the model's own,
+    with a larger bulk ESS (benchmarks/README.md, "fit_speed.py", 2026-12-05 17:39 UTC)."""
     return 1.0 - (1.0 - float(target_accept)) / 2
 
 
@@ -95,12 +95,14 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         given the fewest of those sites, in their order, for which the search converges, held at the model's
         start values (the fit's attribute ``map_held`` names them). Where the model chooses NUTS's coordinates
         from the mode (`Model.nuts_kwargs`: the surface's pinned optima), the mode is found again in them and
-        NUTS runs there; if it diverges there, it stops at the end of that chunk of draws and runs again there
-        with a smaller step, at a target acceptance halfway from `target_accept` to 1 (`_careful_target`: Stan's
-        remedy for divergences; the fit's attribute ``target_accept`` says which ran); if that diverges too, it
-        stops likewise and runs in the model's own coordinates at `target_accept`, and the fit keeps the run with
-        fewer divergences (the attribute ``nuts_coordinates`` says which; where both diverge, the careful one is
-        run again in full to count them).
+        NUTS runs there; if it diverges there, it stops at the end of that chunk of draws and goes again there
+        from the start of warmup's terminal window (`scalinfer.inference.nuts.terminal_window`: the chains and the
+        mass matrix as warmup had them there) with a smaller step, the step size adapted anew toward a target
+        acceptance halfway from `target_accept` to 1 (`_careful_target`: Stan's remedy for divergences; the fit's
+        attribute ``target_accept`` says which ran); if that diverges too, it stops likewise and runs in the
+        model's own coordinates at `target_accept`, and the fit keeps the run with fewer divergences (the
+        attribute ``nuts_coordinates`` says which; where both diverge, the careful one is run again in full to
+        count them).
     max_samples : where the draws so far have not converged (R-hat above `RHAT_MAX` or bulk ESS below `ESS_MIN`
         for a scalar parameter, the criteria of `Fit.warnings`), NUTS draws `EXTEND_FRACTION` x `samples` more per
         chain, continuing the same chains, until they have or `max_samples` are drawn
@@ -204,7 +206,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         tree = _to_tree(m, runs, data, constants, draws, None, kwargs, method, extra)
         return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map}, model=m)
 
-    from scalinfer.inference.nuts import run_nuts
+    from scalinfer.inference.nuts import run_nuts, terminal_window
 
     sites = _compile_draws(m, kwargs, point, chains * samples, potential_dtype)
     _log(f"{m.name}: NUTS, {chains} chains x ({warmup} warmup + {samples} draws)", quiet)
@@ -230,7 +232,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
                  "not drawing more: a chain stuck apart from the others stays apart"), quiet)
         return not more
 
-    def nuts(kwargs, point, metric: bool, stop_when_divergent: bool = False, settings=nuts_settings):
+    def nuts(kwargs, point, metric: bool, stop_when_divergent: bool = False, **settings):
         # start each chain at a different point of the Laplace approximation (over-dispersed a little), so
         # that R-hat can tell if chains disagree; fall back to jitter around the mode
         try:
@@ -243,23 +245,23 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
         return run_nuts(m.model, kwargs, init, seed=seed, preconditioner=_preconditioner(point, metric),
                         progress=progress,
                         max_samples=max_samples, extend_by=extend_by, enough=enough if chains > 1 else None,
-                        stop_when_divergent=stop_when_divergent, **settings)
+                        stop_when_divergent=stop_when_divergent, **{**nuts_settings, **settings})
 
-    # coordinates fitted to the mode that fail somewhere are tried again with a smaller step, then give way to the
-    # model's own, if those diverge less: the runs in them stop at their first divergent draw, and the careful one
-    # is run in full only if the model's own diverge too
-    draws, stats = nuts(kwargs, point, metric=pinned is not None, stop_when_divergent=pinned is not None)
+    # coordinates fitted to the mode that fail somewhere go again from warmup's terminal window with a smaller step,
+    # then give way to the model's own, if those diverge less: the runs in them stop at their first divergent draw,
+    # and the careful one is run in full only if the model's own diverge too
+    careful = _careful_target(target_accept)
+    draws, stats = nuts(kwargs, point, metric=pinned is not None, stop_when_divergent=pinned is not None,
+                        careful_target_accept=careful if pinned is not None else None)
     if pinned is not None:
         extra["nuts_coordinates"] = "from the mode"
-        careful = {**nuts_settings, "target_accept": _careful_target(target_accept)}
+        if float(stats["target_accept"]) != target_accept:
+            _log(f"{m.name}: a divergent transition in NUTS's coordinates from the mode; sampled again there from "
+                 f"warmup's terminal window (iteration {terminal_window(warmup)}) with target_accept {careful:g}",
+                 quiet)
+            extra["target_accept"] = careful
         if stats["diverging"].any():
-            _log(f"{m.name}: a divergent transition in NUTS's coordinates from the mode after "
-                 f"{stats['diverging'].shape[1]} draws per chain; sampling again there with target_accept "
-                 f"{careful['target_accept']:g}", quiet)
-            draws, stats = nuts(kwargs, point, metric=True, stop_when_divergent=True, settings=careful)
-            extra["target_accept"] = careful["target_accept"]
-        if stats["diverging"].any():
-            _log(f"{m.name}: a divergent transition at target_accept {careful['target_accept']:g} after "
+            _log(f"{m.name}: a divergent transition at target_accept {careful:g} after "
                  f"{stats['diverging'].shape[1]} draws per chain; sampling again in the model's own coordinates",
                  quiet)
             again = nuts(*own, metric=False)
@@ -267,7 +269,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
             if n_own:
                 _log(f"{m.name}: {n_own} divergent transitions in the model's own coordinates; sampling in full in "
                      "those from the mode, to keep the coordinates with fewer", quiet)
-                draws, stats = nuts(kwargs, point, metric=True, settings=careful)
+                draws, stats = nuts(kwargs, point, metric=True, terminal_target_accept=careful)
             if n_own < int(stats["diverging"].sum()):
                 (kwargs, point), (draws, stats) = own, again
                 extra["nuts_coordinates"] = "the model's own (fewer divergences)"
@@ -277,6 +279,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     extra["warmup_leapfrog_steps"] = int(stats.pop("warmup_num_steps").sum())
     extra["potential_dtype"] = potential_dtype or str(np.result_type(float))
     stats.pop("warmup_step_size")  # run_nuts's adaptation trace: the fit keeps only what warmup cost
+    stats.pop("target_accept")  # (the attribute ``target_accept``)
     _log(f"{m.name}: NUTS took {t_nuts:.1f} s", quiet)
     tree = _to_tree(m, runs, data, constants, draws, stats, kwargs, method, extra, potential_dtype, sites)
     return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map, "nuts_s": t_nuts}, model=m)

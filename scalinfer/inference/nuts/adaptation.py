@@ -13,6 +13,7 @@ library's:
 - `window_adaptation`: the two combined on Stan's schedule (NumPyro's public `build_adaptation_schedule`):
   a fast start buffer (step size only), doubling slow windows that each end with a new mass matrix and a
   restarted step-size adaptation, and a fast end buffer; its final step size is the dual average.
+  `terminal_window` is where that end buffer starts: a run can go on from there at another target acceptance.
 
 The mass matrix M is the momentum's covariance; NUTS uses its inverse (the positions' covariance estimate)
 in the kinetic energy r' M^-1 r / 2 and a square root S, S S' = M, to draw the momentum r = S eps.
@@ -33,7 +34,8 @@ from scalinfer.errors import ModelError
 
 __all__ = ["NutsConfig", "NutsParameters", "DualAveragingState", "WelfordState", "WindowAdaptationState",
            "dual_averaging", "step_size", "welford_covariance", "mass_matrix", "regularized_mass_matrix",
-           "shrunk_covariance", "shrunk_windows", "window_adaptation", "ADAPT", "SHRINK_BELOW", "WINDOW_DRAWS"]
+           "shrunk_covariance", "shrunk_windows", "terminal_window", "window_adaptation", "ADAPT", "SHRINK_BELOW",
+           "WINDOW_DRAWS"]
 
 #: mass-matrix adaptation in warmup: a dense or diagonal estimate, or none (the identity)
 ADAPT = ("dense", "diag", "none")
@@ -217,6 +219,16 @@ def shrunk_covariance(x, mask):
     lam = jnp.clip(jnp.sum(var_r * off) / jnp.maximum(jnp.sum(r ** 2), jnp.finfo(x.dtype).tiny), 0.0, 1.0)
     corr = (1.0 - lam) * r + jnp.eye(x.shape[1], dtype=x.dtype)
     return sd[:, None] * corr * sd[None, :], n
+
+
+def terminal_window(warmup: int) -> int:
+    """The first iteration of the terminal window of a `warmup`-iteration schedule (Stan's fast end buffer, the
+    last of NumPyro's public `build_adaptation_schedule`): from there on only the step size adapts, by a dual
+    average that the last slow window's end restarted, toward the target acceptance of the iterations it runs (an
+    argument of each call of NUTS's program). 0 where the schedule has no slow window (fewer than 20 iterations):
+    all of warmup."""
+    schedule = build_adaptation_schedule(int(warmup))
+    return int(schedule[-1].start) if len(schedule) > 1 else 0
 
 
 def shrunk_windows(warmup: int, dim: int, dense: bool = True, chains: int = 1) -> list[tuple[int, int]]:

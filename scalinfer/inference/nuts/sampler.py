@@ -56,7 +56,7 @@ from tqdm import tqdm
 from scalinfer.errors import ModelError
 from scalinfer.inference.compiled import (LoweredProgram, constrain, join_kwargs, program, split_kwargs,
                                          tree_unraveler)
-from scalinfer.inference.nuts.adaptation import ADAPT, NutsConfig, NutsParameters, window_adaptation
+from scalinfer.inference.nuts.adaptation import ADAPT, NutsConfig, NutsParameters, terminal_window, window_adaptation
 from scalinfer.inference.optimize import Objective
 
 __all__ = ["run_nuts", "lower_nuts", "CHAIN_METHODS", "nuts_kernel", "Preconditioner", "ChainState", "NutsStats",
@@ -387,16 +387,20 @@ def _nuts_program(model_fn, static, config: NutsConfig, chains: int, parallel: b
 PROGRESS_CHUNKS = 10
 
 
-def _chunks(warmup: int, lo: int, hi: int, progress: bool, split_sampling: bool = False) -> list[tuple[int, int]]:
+def _chunks(warmup: int, lo: int, hi: int, progress: bool, split_sampling: bool = False,
+            terminal: int | None = None) -> list[tuple[int, int]]:
     """(start, stop) of the program's calls for a block of draws, iterations `lo` to `hi` of warmup + sampling;
     the first block (``lo == warmup``) runs warmup too: the whole block at once, or with progress
     `PROGRESS_CHUNKS` chunks of warmup (first block) and as many of sampling; with `split_sampling` alone, warmup
-    at once and sampling in `PROGRESS_CHUNKS` chunks."""
+    at once and sampling in `PROGRESS_CHUNKS` chunks. `terminal`: an iteration of the first block's warmup where
+    a call ends (the start of warmup's terminal window, `terminal_window`)."""
     first = lo == warmup
+    cut = [terminal] if first and terminal is not None and 0 < terminal < warmup else []
     if not (progress or split_sampling):
-        return [(0 if first else lo, hi)]
+        edges = [0 if first else lo, *cut, hi]
+        return list(zip(edges[:-1], edges[1:]))
     warm = np.linspace(0, warmup, PROGRESS_CHUNKS + 1 if progress else 2) if first else np.array([lo])
-    edges = np.unique(np.concatenate([warm, np.linspace(lo, hi, PROGRESS_CHUNKS + 1)]).round())
+    edges = np.unique(np.concatenate([warm, cut, np.linspace(lo, hi, PROGRESS_CHUNKS + 1)]).round())
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
@@ -406,16 +410,19 @@ def _slots(warmup: int, samples: int, lo: int, hi: int) -> np.ndarray:
     return (np.arange(lo, hi) - warmup) % samples
 
 
-def _run_chunks(run, args, loop, warmup: int, samples: int, chunks, bar, diverging_before: int = 0,
+def _run_chunks(run, args, target, loop, warmup: int, samples: int, chunks, bar, diverging_before: int = 0,
                 stop_when_divergent: bool = False) -> tuple[_Loop, int]:
-    """Call the program over `chunks`, updating `bar` (tqdm) after each with the phase and the divergent
-    draws so far (`diverging_before` of earlier blocks); returns the loop's last state and the iteration it
-    stopped at: the last chunk's end, or with `stop_when_divergent` the end of the first chunk that sampled a
-    divergent draw. The bar says "starting" until the first chunk returns: that call also compiles the program
-    when neither JAX's caches nor the persistent one hold it."""
+    """Call the program over `chunks` at target acceptance `target` (``args``: its arguments before the target,
+    ``args[3:]`` those after it), updating `bar` (tqdm) after each with the phase and the divergent draws so far
+    (`diverging_before` of earlier blocks); returns the loop's last state and the iteration it stopped at: the
+    last chunk's end, or with `stop_when_divergent` the end of the first chunk that sampled a divergent draw. The
+    bar says "starting" until the first chunk returns: that call also compiles the program when neither JAX's
+    caches nor the persistent one hold it."""
+    if not chunks:
+        return loop, 0
     diverging, lo = diverging_before, max(chunks[0][0], warmup)
     for start, stop in chunks:
-        loop = run(*args, loop, start, stop)
+        loop = run(*args[:3], target, *args[3:], loop, start, stop)
         if bar.disable and not stop_when_divergent:
             continue
         if stop > warmup:  # this block's sampled draws so far (warmup iterations write slot 0, overwritten)
@@ -498,7 +505,8 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
              preconditioner: Preconditioner | None = None, potential_dtype: str | None = None,
              progress: bool | None = None, max_samples: int | None = None, extend_by: int | None = None,
              enough: Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], bool] | None = None,
-             stop_when_divergent: bool = False) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+             stop_when_divergent: bool = False, terminal_target_accept: float | None = None,
+             careful_target_accept: float | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Run NUTS on `model_fn` with `model_kwargs` as data.
 
     Parameters
@@ -514,6 +522,14 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         preconditioner's metric throughout, by default the identity on w; the step size is always adapted).
     target_accept : the mean acceptance probability warmup adapts the step size toward, in (0, 1): an argument of
         the compiled program, so that a run at another one (`scalinfer.fit`'s careful rerun) compiles nothing.
+    terminal_target_accept : the target from the start of warmup's terminal window on (`terminal_window`: its
+        last iterations, where only the step size adapts, by a dual average restarted there), and so the one the
+        step size of sampling is adapted toward. Default: `target_accept`.
+    careful_target_accept : with `stop_when_divergent`, where the run diverges it goes again from the start of
+        warmup's terminal window, with the chains, the mass matrix and the restarted dual average as warmup had
+        them there, at this target: the run with ``terminal_target_accept=careful_target_accept``, bit for bit,
+        without paying again for the warmup before that window (the adaptation of the mass matrix, most of it).
+        Once: where that run diverges too, it stops likewise. The stats' ``target_accept`` says which ran.
     max_tree_depth, warmup_tree_depth : NUTS's tree depth caps after and during warmup (default: the same).
     chain_method : ``"parallel"`` (one device per chain) or ``"vectorized"`` (the chains batched in one program
         on one device), one of `CHAIN_METHODS`; see `runtime.chain_method_for`. The two run the same per-chain
@@ -543,11 +559,17 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
     (draws, stats): constrained draws (sampled and deterministic sites) name -> (chains, samples, ...), and
     `STAT_FIELDS` name -> (chains, samples), as NumPyro's ``get_samples(group_by_chain=True)`` and
     ``get_extra_fields(group_by_chain=True)``, plus ``warmup_num_steps`` and ``warmup_step_size``
-    (chains, warmup): each warmup iteration's leapfrog steps and the step size it ran with.
+    (chains, warmup): each warmup iteration's leapfrog steps and the step size it ran with, and
+    ``target_accept`` (a 0-d array): the terminal target acceptance of the run returned.
     """
     if adapt not in ADAPT:
         raise ModelError(f"adapt must be one of {ADAPT}, got {adapt!r}")
     target = _target(target_accept)
+    terminal = target if terminal_target_accept is None else _target(terminal_target_accept)
+    careful = None if careful_target_accept is None else _target(careful_target_accept)
+    if careful is not None and not stop_when_divergent:
+        raise ModelError("careful_target_accept is the target of a run that goes again where it diverged: it needs "
+                         "stop_when_divergent=True")
     warmup, samples = int(warmup), int(samples)
     if samples < 1:
         raise ModelError(f"samples must be at least 1, got {samples}")
@@ -599,11 +621,24 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
 
     with tqdm(total=per_block, file=sys.stderr, disable=not show, unit="it", dynamic_ncols=True,
               desc=f"NUTS, {chains} chains: starting", leave=True) as bar:
-        args = (keys, first, preconditioner, target, data)
+        args = (keys, first, preconditioner, data)
         stop = stop_when_divergent
-        loop, end = _run_chunks(run, args, loop, warmup, samples, _chunks(warmup, warmup, warmup + samples, show, stop),
-                                bar, 0, stop)
+        # warmup up to its terminal window in calls of their own where the target changes there or may: the loop's
+        # state at that window's start is what a careful run goes on from
+        at = terminal_window(warmup)
+        split = careful is not None or float(terminal) != float(target)
+        chunks = _chunks(warmup, warmup, warmup + samples, show, stop, at if split else None)
+        early = [c for c in chunks if c[1] <= at] if split else []
+        at_terminal, _ = _run_chunks(run, args, target, loop, warmup, samples, early, bar)
+        late = chunks[len(early):]
+        loop, end = _run_chunks(run, args, terminal, at_terminal, warmup, samples, late, bar, 0, stop)
+        if careful is not None and np.asarray(loop.stats.diverging)[..., _slots(warmup, samples, warmup, end)].any():
+            terminal = careful
+            bar.n = late[0][0]
+            bar.refresh()
+            loop, end = _run_chunks(run, args, terminal, at_terminal, warmup, samples, late, bar, 0, stop)
         keep(loop, warmup, end)
+        blocks[0][1]["target_accept"] = np.asarray(terminal)
         drawn = end - warmup
         while (enough is not None and drawn < max_samples and not (stop and blocks[-1][1]["diverging"].any())
                and not enough(*joined())):
@@ -612,8 +647,8 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
             bar.refresh()
             before = sum(int(b[1]["diverging"].sum()) for b in blocks)
             lo = warmup + drawn
-            loop, end = _run_chunks(run, args, loop, warmup, samples, _chunks(warmup, lo, lo + block, show, stop), bar,
-                                    before, stop)
+            chunks = _chunks(warmup, lo, lo + block, show, stop)
+            loop, end = _run_chunks(run, args, terminal, loop, warmup, samples, chunks, bar, before, stop)
             keep(loop, lo, end)
             drawn = end - warmup
     return joined()
