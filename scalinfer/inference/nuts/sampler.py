@@ -412,8 +412,8 @@ def _slots(warmup: int, samples: int, lo: int, hi: int) -> np.ndarray:
 
 def _run_chunks(run, args, target, loop, warmup: int, samples: int, chunks, bar, diverging_before: int = 0,
                 stop_when_divergent: bool = False) -> tuple[_Loop, int]:
-    """Call the program over `chunks` at target acceptance `target` (``args``: its arguments before the target,
-    ``args[3:]`` those after it), updating `bar` (tqdm) after each with the phase and the divergent draws so far
+    """Call the program over `chunks` with `args` (the chains' keys and starts, the preconditioner, the data) at
+    target acceptance `target`, updating `bar` (tqdm) after each with the phase and the divergent draws so far
     (`diverging_before` of earlier blocks); returns the loop's last state and the iteration it stopped at: the
     last chunk's end, or with `stop_when_divergent` the end of the first chunk that sampled a divergent draw. The
     bar says "starting" until the first chunk returns: that call also compiles the program when neither JAX's
@@ -422,7 +422,8 @@ def _run_chunks(run, args, target, loop, warmup: int, samples: int, chunks, bar,
         return loop, 0
     diverging, lo = diverging_before, max(chunks[0][0], warmup)
     for start, stop in chunks:
-        loop = run(*args[:3], target, *args[3:], loop, start, stop)
+        keys, first, preconditioner, data = args
+        loop = run(keys, first, preconditioner, target, data, loop, start, stop)
         if bar.disable and not stop_when_divergent:
             continue
         if stop > warmup:  # this block's sampled draws so far (warmup iterations write slot 0, overwritten)
