@@ -64,7 +64,7 @@ def _careful_target(target_accept: float) -> float:
     (`fit`), from warmup's terminal window on: halfway from `target_accept` to 1 (0.9 -> 0.95), a smaller step,
     Stan's remedy for divergent transitions. On the quickstart's table those coordinates diverge at 0.9 on most
     seeds and at 0.95 on few, and a run there takes about two thirds of the gradients of one in the model's own,
-    with a larger bulk ESS (benchmarks/README.md, "fit_speed.py", 2026-12-05 17:39 UTC)."""
+    with a larger bulk ESS (benchmarks/README.md, "fit_speed.py", 2026-12-05 17:39 and 19:18 UTC)."""
     return 1.0 - (1.0 - float(target_accept)) / 2
 
 
