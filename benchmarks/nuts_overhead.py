@@ -2,14 +2,15 @@
 and without its value, against the leapfrog steps of NUTS transitions built by NumPyro's tree builder (what
 `scalinfer.inference.nuts` runs) and by blackjax's.
 
-The potential is the default `surface` model's on the quickstart's table (``data/calibration/runs.jsonl``, MoE
-runs), in the coordinates NUTS runs it in (the settings' optima pinned, `Model.nuts_kwargs`, around the mode and
-scaled by the Laplace standard deviations), evaluated in float32 as a fit does (`Model.potential_dtype`); the
-integrator is float64 with a dense inverse mass matrix, as in a fit. Each program runs ``--leapfrogs`` steps per
-chain (the transitions' trees capped at depth 4, 15 steps, at a step size small enough that they rarely turn), one
-chain per CPU device (``jax.pmap``), on 1 and on 4 devices (4 chains on this machine's cores is what `scalinfer.fit`
-runs). Rows, per leapfrog step: wall time of the call over all chains' steps, and the process's CPU time over them
-(medians of ``--repeats`` calls).
+The potential is the default `surface` model's on the quickstart's table (``data/calibration/runs.jsonl``, MoE runs;
+``--table steplaw``: Step Law's 1,911 dense runs, read in place from ``../shared/datasets/steplaw``, the table of
+`fit_speed.py`'s default-model rows), in the coordinates NUTS runs it in (the settings' optima pinned,
+`Model.nuts_kwargs`, around the mode and scaled by the Laplace standard deviations), evaluated in float32 as a fit
+does (`Model.potential_dtype`); the integrator is float64 with a dense inverse mass matrix, as in a fit. Each
+program runs ``--leapfrogs`` steps per chain (the transitions' trees capped at depth 4, 15 steps, at a step size
+small enough that they rarely turn), one chain per CPU device (``jax.pmap``), on 1 and on 4 devices (4 chains on
+this machine's cores is what `scalinfer.fit` runs). Rows, per leapfrog step: wall time of the call over all chains'
+steps, and the process's CPU time over them (medians of ``--repeats`` calls).
 
 - ``leapfrog``: velocity Verlet steps in a ``fori_loop``; the potential's value is carried but never read, so XLA
   drops the part of the program only the value needs;
@@ -20,9 +21,9 @@ runs). Rows, per leapfrog step: wall time of the call over all chains' steps, an
   matrix, with the identity metric (two products by A a step, in the potential and its gradient, instead);
 - ``blackjax tree``: ``blackjax.nuts.build_kernel()`` transitions (skipped where blackjax is not installed).
 
-    .venv/bin/python benchmarks/nuts_overhead.py [--devices 1,4] [--leapfrogs 480] [--repeats 7]
+    .venv/bin/python benchmarks/nuts_overhead.py [--devices 1,4] [--leapfrogs 480] [--repeats 7] [--table steplaw]
 
-The last line is one JSON object: ``{"dim", "rows": {name: {"devices", "leapfrogs", "wall_us", "cpu_us"}},
+The last line is one JSON object: ``{"table", "dim", "rows": {name: {"devices", "leapfrogs", "wall_us", "cpu_us"}},
 "tree_over_value_cpu_us": {devices: NumPyro tree's CPU per step minus leapfrog + value's}}``.
 """
 
@@ -36,6 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+STEPLAW = ROOT.parent / "shared" / "datasets" / "steplaw" / "dense_runs.csv"
 DEPTH = 4  # trees of at most 15 leapfrog steps
 STEP = 0.02  # small enough that trees rarely turn before the cap
 
@@ -61,6 +63,8 @@ def main() -> None:
     ap.add_argument("--leapfrogs", type=_positive, default=480,
                     help="leapfrog steps per chain per call (default 480)")
     ap.add_argument("--repeats", type=_positive, default=7, help="timed calls per program (default 7)")
+    ap.add_argument("--table", choices=("quickstart", "steplaw"), default="quickstart",
+                    help="the run table: the quickstart's (default) or Step Law's dense runs")
     args = ap.parse_args()
     counts = args.devices
 
@@ -81,7 +85,12 @@ def main() -> None:
 
     if len(jax.devices()) < max(counts):
         sys.exit(f"nuts_overhead: {len(jax.devices())} CPU devices, --devices asks for {max(counts)}")
-    runs = scalinfer.load_runs(ROOT / "data" / "calibration" / "runs.jsonl", where="arch != 'dense'")
+    if args.table == "steplaw":
+        if not STEPLAW.exists():
+            sys.exit(f"nuts_overhead: {STEPLAW} not found (Step Law's table is read in place, never copied)")
+        runs = scalinfer.load_runs(STEPLAW, format="steplaw")
+    else:
+        runs = scalinfer.load_runs(ROOT / "data" / "calibration" / "runs.jsonl", where="arch != 'dense'")
     model = get_model("surface")
     data, constants = model.prepare(runs)
     kwargs = model.model_kwargs(data, constants)
@@ -199,15 +208,16 @@ def main() -> None:
                 "cpu_us": 1e6 * statistics.median(cpus) / steps}
             print(f"nuts_overhead: {name} on {n_dev} devices done", file=sys.stderr, flush=True)
 
-    print(f"\nper leapfrog step, the surface potential on the quickstart's table (d = {d}), medians of "
+    table = "Step Law's dense table" if args.table == "steplaw" else "the quickstart's table"
+    print(f"\nper leapfrog step, the surface potential on {table} (d = {d}), medians of "
           f"{args.repeats} calls of {n_steps} steps per chain, one chain per device\n")
     print(f"{'program':46s} {'steps':>7s} {'wall us':>8s} {'CPU us':>7s}")
     for name, r in rows.items():
         print(f"{name:46s} {r['leapfrogs']:7d} {r['wall_us']:8.1f} {r['cpu_us']:7.1f}")
     over = {str(n): rows[f"NumPyro tree, {n} devices"]["cpu_us"] - rows[f"leapfrog + value, {n} devices"]["cpu_us"]
             for n in counts}
-    print(json.dumps({"dim": d, "rows": {k: {kk: round(v, 2) if isinstance(v, float) else v for kk, v in r.items()}
-                                         for k, r in rows.items()},
+    rounded = {k: {kk: round(v, 2) if isinstance(v, float) else v for kk, v in r.items()} for k, r in rows.items()}
+    print(json.dumps({"table": args.table, "dim": d, "rows": rounded,
                       "tree_over_value_cpu_us": {k: round(v, 2) for k, v in over.items()}}))
 
 
