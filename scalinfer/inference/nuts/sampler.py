@@ -629,7 +629,7 @@ def run_nuts(model_fn: Callable, model_kwargs: dict[str, Any], init_params: dict
         at = terminal_window(warmup)
         split = careful is not None or float(terminal) != float(target)
         chunks = _chunks(warmup, warmup, warmup + samples, show, stop, at if split else None)
-        early = [c for c in chunks if c[1] <= at] if split else []
+        early = [c for c in chunks if c[1] <= at]  # (at the run's own target where the target does not change there)
         at_terminal, _ = _run_chunks(run, args, target, loop, warmup, samples, early, bar)
         late = chunks[len(early):]
         loop, end = _run_chunks(run, args, terminal, at_terminal, warmup, samples, late, bar, 0, stop)
