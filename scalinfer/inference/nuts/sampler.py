@@ -182,19 +182,39 @@ class Preconditioner:
         return sum(int(np.prod(shape)) for _, shape in self.sites)
 
     def to_z(self, w) -> dict[str, jax.Array]:
-        """The sites' unconstrained values at flat coordinates `w` (d,)."""
+        """The sites' unconstrained values at flat coordinates `w` (d,). Differentiable in reverse mode only
+        (`_split`'s gradient is written out)."""
         z = self.mean + self.scale * w
-        out, start = {}, 0
-        for name, shape in self.sites:
-            size = int(np.prod(shape))
-            out[name] = z[start:start + size].reshape(shape)
-            start += size
-        return out
+        return dict(zip([name for name, _ in self.sites], _split(z, tuple(shape for _, shape in self.sites))))
 
     def to_w(self, z: dict[str, Any]) -> np.ndarray:
         """Flat coordinates w of the sites' unconstrained values `z` (NumPy)."""
         flat = np.concatenate([np.ravel(np.asarray(z[k], float)) for k, _ in self.sites])
         return (flat - np.asarray(self.mean)) / np.asarray(self.scale)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _split(z, shapes: tuple[tuple[int, ...], ...]) -> tuple[jax.Array, ...]:
+    """Flat `z` cut into consecutive pieces of `shapes`. Its gradient is one concatenation of the pieces'
+    (`_split_bwd`): JAX's transpose of each slice is a pad to z's length, which XLA:CPU sums element by element
+    over every piece."""
+    out, start = [], 0
+    for shape in shapes:
+        size = int(np.prod(shape))
+        out.append(z[start:start + size].reshape(shape))
+        start += size
+    return tuple(out)
+
+
+def _split_fwd(z, shapes):
+    return _split(z, shapes), None
+
+
+def _split_bwd(shapes, _, cotangents):
+    return (jnp.concatenate([jnp.ravel(c) for c in cotangents]),)
+
+
+_split.defvjp(_split_fwd, _split_bwd)
 
 
 @functools.partial(jax.jit, static_argnums=1)

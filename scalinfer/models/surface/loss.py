@@ -93,11 +93,14 @@ def surface_terms(p: dict[str, Any], n_s, d_s, s, x, z, size_s=None):
     size_s : each setting's model size, with size scatter (else None).
     """
     import jax.numpy as jnp  # here, not at the module's top: a prediction (NumPy on saved draws) imports no JAX
+    from jax.lax import optimization_barrier
 
     values = setting_values(p, n_s, d_s, size_s, xp=jnp)
     # the settings' values gathered to the runs in one gather (..., S, k) -> (..., R, k): its gradient is then one
-    # scatter-add of k-wide rows, where k gathers of (..., S) would scatter-add value by value k times
-    stacked = jnp.stack(jnp.broadcast_arrays(*values.values()), axis=-1)[..., s, :]
+    # scatter-add of k-wide rows, where k gathers of (..., S) would scatter-add value by value k times. The stacked
+    # (..., S, k) behind a barrier: XLA:CPU otherwise fuses the stacking into the gather, which then selects among
+    # the k values for every element of (..., R, k) (benchmarks/README.md, "nuts_overhead.py")
+    stacked = optimization_barrier(jnp.stack(jnp.broadcast_arrays(*values.values()), axis=-1))[..., s, :]
     return surface_at(p, {name: stacked[..., i] for i, name in enumerate(values)}, x, z)
 
 
