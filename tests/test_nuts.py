@@ -202,13 +202,17 @@ def test_welford_final_is_the_sample_covariance(dense):
 def test_regularized_mass_matrix_is_stans_and_its_square_root_draws_the_momentum():
     configure(2)
     cov = np.array([[2.0, 0.6], [0.6, 0.5]])
-    inverse, sqrt = (np.asarray(v) for v in regularized_mass_matrix(cov, 20))
+    inverse, sqrt, factor = (np.asarray(v) for v in regularized_mass_matrix(cov, 20))
     expected = 20 / 25 * cov + 1e-3 * 5 / 25 * np.eye(2)
     np.testing.assert_allclose(inverse, expected, rtol=1e-12)
     # the momentum r = S eps has covariance S S' = M, the inverse of M^-1
     np.testing.assert_allclose(sqrt @ sqrt.T, np.linalg.inv(expected), rtol=1e-10)
-    inverse, sqrt = (np.asarray(v) for v in regularized_mass_matrix(np.diag(cov), 20))
+    # the whitening factor: A A' = M^-1 and A = S^-T (so A' r = eps)
+    np.testing.assert_allclose(factor @ factor.T, expected, rtol=1e-10)
+    np.testing.assert_allclose(factor.T @ sqrt, np.eye(2), atol=1e-12)
+    inverse, sqrt, factor = (np.asarray(v) for v in regularized_mass_matrix(np.diag(cov), 20))
     np.testing.assert_allclose(sqrt ** 2, 1 / np.diag(expected), rtol=1e-12)
+    np.testing.assert_allclose(factor * sqrt, np.ones(2), rtol=1e-12)
 
 
 def test_dual_averaging_converges_to_the_step_size_of_the_target_acceptance():
@@ -262,7 +266,7 @@ def test_window_adaptation_sets_the_mass_matrix_from_the_last_window():
     start, end = build_adaptation_schedule(200)[-2]
     assert (start, end) == (100, 149)
     cov = np.cov(points[np.arange(start, end + 1) % 2].T)
-    inverse, sqrt = regularized_mass_matrix(cov, end - start + 1)
+    inverse, sqrt, _ = regularized_mass_matrix(cov, end - start + 1)
     np.testing.assert_allclose(np.asarray(parameters.inverse_mass_matrix), np.asarray(inverse), rtol=1e-10)
     np.testing.assert_allclose(np.asarray(parameters.mass_matrix_sqrt), np.asarray(sqrt), rtol=1e-10)
     # acceptance at the target throughout: the dual average stays at its centre mu, which starts at
@@ -290,7 +294,7 @@ def test_a_given_metric_is_kept_until_a_window_of_enough_draws():
             assert not np.allclose(np.asarray(identity.parameters.inverse_mass_matrix), np.identity(dim))
         if i < 249:
             np.testing.assert_allclose(np.asarray(given.parameters.inverse_mass_matrix), metric, rtol=1e-12)
-    inverse, _ = regularized_mass_matrix(np.cov(positions[75:250].T), 175)
+    inverse, _, _ = regularized_mass_matrix(np.cov(positions[75:250].T), 175)
     np.testing.assert_allclose(np.asarray(given.parameters.inverse_mass_matrix), np.asarray(inverse), rtol=1e-9)
 
 
@@ -313,6 +317,47 @@ def test_correlated_gaussian_draws_have_its_covariance():
     np.testing.assert_allclose(x.mean(0) / np.sqrt(np.diag(sigma)), 0.0, atol=0.15)
     # the adapted dense mass matrix undoes the correlation: short trajectories
     assert stats["num_steps"].mean() < 8
+
+
+def test_a_dense_transition_is_the_dense_metric_tree_in_whitened_coordinates():
+    """`nuts_kernel` runs a dense metric's transition in u, w = w_0 + A u with the identity metric; in exact
+    arithmetic that is NumPyro's tree in w with the dense M^-1 and the momentum S eps, so in float64 on a
+    correlated Gaussian the two must give the same proposal, tree and energy to rounding (1e-9: a few dozen
+    leapfrog steps of products of a 4 x 4 matrix whose condition number is ~50)."""
+    from numpyro.infer.hmc_util import IntegratorState, build_tree, euclidean_kinetic_energy, velocity_verlet
+
+    from scalinfer.inference.nuts.adaptation import NutsParameters, mass_matrix
+    from scalinfer.inference.nuts.sampler import nuts_kernel
+
+    configure(2)
+    jnp = jax.numpy
+    rng = np.random.default_rng(3)
+    B = rng.normal(size=(4, 4))
+    precision = jnp.asarray(B @ B.T + 0.5 * np.identity(4))
+    metric = np.linalg.inv(np.asarray(precision)) * np.exp(rng.normal(size=4) * 0.3)[:, None]
+    metric = 0.5 * (metric + metric.T) + 0.1 * np.identity(4)  # a metric close to, not equal to, the covariance
+
+    def potential(w):
+        return 0.5 * w @ precision @ w
+
+    parameters = NutsParameters(jnp.asarray(0.3), *mass_matrix(jnp.asarray(metric)))
+    init, step = nuts_kernel(potential, 6)
+    for seed in range(5):
+        state = init(jnp.asarray(rng.normal(size=4)), jax.random.PRNGKey(seed))
+        new, stats = step(state, parameters, 6)
+        # the reference: the tree in w with the dense metric, the momentum S eps (the keys split as `step`'s)
+        _, momentum_key, tree_key = jax.random.split(state.rng_key, 3)
+        eps = jax.random.normal(momentum_key, (4,), state.position.dtype)
+        _, update = velocity_verlet(potential, euclidean_kinetic_energy)
+        start = IntegratorState(state.position, parameters.mass_matrix_sqrt @ eps, state.potential_energy,
+                                state.potential_grad)
+        tree = build_tree(update, euclidean_kinetic_energy, start, parameters.inverse_mass_matrix,
+                          parameters.step_size, tree_key, max_tree_depth=(6, 6))
+        assert int(stats.num_steps) == int(tree.num_proposals) > 1
+        np.testing.assert_allclose(new.position, tree.z_proposal, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(new.potential_grad, tree.z_proposal_grad, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(stats.energy, tree.z_proposal_energy, rtol=1e-9)
+        np.testing.assert_allclose(stats.accept_prob, tree.sum_accept_probs / tree.num_proposals, rtol=1e-9)
 
 
 def test_a_chains_start_carries_the_potential_and_its_gradient_in_w():
@@ -352,7 +397,7 @@ def test_warmup_pools_the_chains_draws():
     parameters = jax.vmap(one_chain, axis_name="chain")(x, accept)
     start, end = build_adaptation_schedule(200)[-2]
     window = x[:, start:end + 1].reshape(-1, 2)
-    expected, _ = regularized_mass_matrix(np.cov(window.T), window.shape[0])
+    expected, _, _ = regularized_mass_matrix(np.cov(window.T), window.shape[0])
     for c in range(3):
         np.testing.assert_allclose(np.asarray(parameters.inverse_mass_matrix[c]), np.asarray(expected), rtol=1e-10)
     assert np.ptp(np.asarray(parameters.step_size)) == 0.0

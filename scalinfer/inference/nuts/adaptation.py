@@ -16,7 +16,8 @@ library's:
   `terminal_window` is where that end buffer starts: a run can go on from there at another target acceptance.
 
 The mass matrix M is the momentum's covariance; NUTS uses its inverse (the positions' covariance estimate)
-in the kinetic energy r' M^-1 r / 2 and a square root S, S S' = M, to draw the momentum r = S eps.
+in the kinetic energy r' M^-1 r / 2 and a square root S, S S' = M, to draw the momentum r = S eps (and A = S^-T,
+A A' = M^-1, to whiten a transition's coordinates: `sampler.nuts_kernel`).
 """
 
 from __future__ import annotations
@@ -78,11 +79,14 @@ class NutsParameters(NamedTuple):
     step_size : the leapfrog step, scalar.
     inverse_mass_matrix : M^-1, (d,) diagonal or (d, d) dense.
     mass_matrix_sqrt : S with S S' = M, of the same shape: the momentum is r = S eps, eps ~ N(0, I).
+    position_factor : A = S^-T, so that A A' = M^-1: in coordinates u, w = w_0 + A u, the metric is the identity
+        and the momentum is eps itself (a dense metric's transitions run there: `sampler.nuts_kernel`).
     """
 
     step_size: jax.Array
     inverse_mass_matrix: jax.Array
     mass_matrix_sqrt: jax.Array
+    position_factor: jax.Array
 
 
 # ---- step size ------------------------------------------------------------------------------------------
@@ -181,8 +185,8 @@ def welford_covariance(dim: int, dense: bool):
     return init, update, final
 
 
-def regularized_mass_matrix(cov, n) -> tuple[jax.Array, jax.Array]:
-    """(M^-1, S) from the positions' covariance estimate `cov` ((d, d) or (d,)) of `n` draws, regularized as
+def regularized_mass_matrix(cov, n) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(M^-1, S, A) from the positions' covariance estimate `cov` ((d, d) or (d,)) of `n` draws, regularized as
     Stan does: M^-1 = n / (n + 5) cov + 1e-3 * 5 / (n + 5) I, which pulls a short window's estimate
     toward a small multiple of the identity. S S' = M: with cov = L' L, L lower triangular (the Cholesky
     factor of cov with its rows and columns reversed), S = L^-1 (`mass_matrix`)."""
@@ -190,12 +194,13 @@ def regularized_mass_matrix(cov, n) -> tuple[jax.Array, jax.Array]:
                                                                      else 1.0))
 
 
-def mass_matrix(cov) -> tuple[jax.Array, jax.Array]:
-    """(M^-1, S) for the positions' covariance `cov` ((d, d) or (d,)), as given: M^-1 = cov and S S' = M."""
+def mass_matrix(cov) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(M^-1, S, A) for the positions' covariance `cov` ((d, d) or (d,)), as given: M^-1 = cov, S S' = M and
+    A = S^-T (A A' = M^-1)."""
     if cov.ndim == 1:
-        return cov, 1.0 / jnp.sqrt(cov)
+        return cov, 1.0 / jnp.sqrt(cov), jnp.sqrt(cov)
     lower = jnp.linalg.cholesky(cov[::-1, ::-1])[::-1, ::-1].T
-    return cov, solve_triangular(lower, jnp.identity(cov.shape[0]), lower=True)
+    return cov, solve_triangular(lower, jnp.identity(cov.shape[0]), lower=True), lower.T
 
 
 def shrunk_covariance(x, mask):
@@ -339,7 +344,7 @@ def window_adaptation(warmup: int, dim: int, adapt: str = "dense", target_accept
         step = jnp.asarray(initial_step_size, ftype)
         if metric is None:
             eye = jnp.identity(dim, ftype) if dense else jnp.ones(dim, ftype)
-            parameters, informed = NutsParameters(step, eye, eye), jnp.asarray(False)
+            parameters, informed = NutsParameters(step, eye, eye, eye), jnp.asarray(False)
         else:
             metric = jnp.asarray(metric, ftype)
             informed = jnp.any(metric != jnp.identity(dim, ftype))

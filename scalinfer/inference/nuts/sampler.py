@@ -12,7 +12,8 @@ persistent compilation cache never hits across datasets. Here the program is a f
 - each transition is NUTS (Hoffman and Gelman 2014, multinomial sampling of the trajectory as Betancourt
   2017): a momentum r = S eps drawn from the mass matrix's square root, then NumPyro's public tree builder
   `numpyro.infer.hmc_util.build_tree` over its `velocity_verlet` integrator with the step size and inverse
-  mass matrix this loop holds. NumPyro's kernel (`numpyro.infer.hmc.hmc`) keeps its step size and mass
+  mass matrix this loop holds (a dense one's transitions in coordinates whitened by it, where the metric is the
+  identity: `nuts_kernel`). NumPyro's kernel (`numpyro.infer.hmc.hmc`) keeps its step size and mass
   matrix in its own adaptation state, set at initialisation, so an adaptation of ours would have to write
   into that state; building the tree here keeps the kernel stateless (`nuts_kernel`);
 - warmup (`scalinfer.inference.nuts.adaptation.window_adaptation`, its step size adapted toward the mean
@@ -27,8 +28,9 @@ persistent compilation cache never hits across datasets. Here the program is a f
 
 The random keys split as NumPyro's ``MCMC.run`` and HMC kernel split them: where the adaptation's estimates
 are NumPyro's (one chain, and every window but the short dense ones of `adaptation.shrunk_windows`), its draws
-are those of NumPyro's NUTS on the same coordinates, number for number up to the rounding of the start's
-potential (evaluated in the data's float type, and batched). With more chains the pooled warmup is not
+are those of NumPyro's NUTS on the same coordinates, number for number up to rounding: of the start's
+potential (evaluated in the data's float type, and batched), and with a dense metric of the whitened
+transitions' products (the same trajectories in exact arithmetic). With more chains the pooled warmup is not
 NumPyro's, which adapts each chain alone.
 
 The potential can run in float32 while the integrator, the adaptation and the constrained draws stay in the
@@ -102,13 +104,24 @@ class ChainState(NamedTuple):
     rng_key: jax.Array
 
 
-def nuts_kernel(potential_fn: Callable, max_tree_depth: int, max_delta_energy: float = MAX_DELTA_ENERGY):
-    """(init, step) of NUTS on the flat position's `potential_fn` (the negative log density).
+def nuts_kernel(potential_fn: Callable, max_tree_depth: int, max_delta_energy: float = MAX_DELTA_ENERGY,
+                product_dtype=None):
+    r"""(init, step) of NUTS on the flat position's `potential_fn` (the negative log density).
 
     ``init(position, rng_key) -> ChainState``. ``step(state, parameters, tree_depth) -> (ChainState,
     NutsStats)``: one transition with the step size and mass matrix of `parameters` (`NutsParameters`),
     the tree at most `tree_depth` (traced; at most `max_tree_depth`) doublings deep. The state's key splits
     in three as in NumPyro's HMC kernel: the next transition's, the momentum's and the tree's.
+
+    With a dense mass matrix the transition runs in whitened coordinates u about its start w_0,
+
+    .. math:: w = w_0 + A u, \qquad A A' = M^{-1}, \qquad A = S^{-T}:
+
+    there the metric is the identity, the momentum r = S eps becomes A' r = eps, the potential's gradient is
+    A' times w's, and the tree, its energies and its U-turn checks are those of the dense metric in w (the same
+    trajectory in exact arithmetic); the proposal maps back as w_0 + A u, its gradient as S times u's. NumPyro's
+    tree builder multiplies by a dense M^-1 five to six times a leapfrog step; here the one product A u sits
+    in the potential, evaluated in `product_dtype` (the potential's float type; None: the position's).
     """
     vv_init, vv_update = velocity_verlet(potential_fn, euclidean_kinetic_energy)
 
@@ -120,12 +133,25 @@ def nuts_kernel(potential_fn: Callable, max_tree_depth: int, max_delta_energy: f
         rng_key, momentum_key, tree_key = jax.random.split(state.rng_key, 3)
         eps = jax.random.normal(momentum_key, jnp.shape(state.position), jnp.result_type(state.position))
         sqrt = parameters.mass_matrix_sqrt
-        momentum = sqrt @ eps if sqrt.ndim == 2 else sqrt * eps
-        start = IntegratorState(state.position, momentum, state.potential_energy, state.potential_grad)
-        tree = build_tree(vv_update, euclidean_kinetic_energy, start, parameters.inverse_mass_matrix,
-                          parameters.step_size, tree_key, max_delta_energy=max_delta_energy,
-                          max_tree_depth=(tree_depth, max_tree_depth))
-        new = ChainState(tree.z_proposal, tree.z_proposal_pe, tree.z_proposal_grad, rng_key)
+        settings = dict(max_delta_energy=max_delta_energy, max_tree_depth=(tree_depth, max_tree_depth))
+        if sqrt.ndim == 1:
+            start = IntegratorState(state.position, sqrt * eps, state.potential_energy, state.potential_grad)
+            tree = build_tree(vv_update, euclidean_kinetic_energy, start, parameters.inverse_mass_matrix,
+                              parameters.step_size, tree_key, **settings)
+            new = ChainState(tree.z_proposal, tree.z_proposal_pe, tree.z_proposal_grad, rng_key)
+        else:
+            w0, factor = state.position, parameters.position_factor
+            ptype = w0.dtype if product_dtype is None else product_dtype
+            factor_p = factor.astype(ptype)
+
+            def position(u):
+                return w0 + (factor_p @ u.astype(ptype)).astype(w0.dtype)
+
+            _, update = velocity_verlet(lambda u: potential_fn(position(u)), euclidean_kinetic_energy)
+            start = IntegratorState(jnp.zeros_like(w0), eps, state.potential_energy, factor.T @ state.potential_grad)
+            tree = build_tree(update, euclidean_kinetic_energy, start, jnp.ones_like(w0), parameters.step_size,
+                              tree_key, **settings)
+            new = ChainState(position(tree.z_proposal), tree.z_proposal_pe, sqrt @ tree.z_proposal_grad, rng_key)
         stats = NutsStats(tree.diverging, tree.num_proposals, tree.sum_accept_probs / tree.num_proposals,
                           tree.z_proposal_energy)
         return new, stats
@@ -300,7 +326,7 @@ def _chain_fn(model_fn: Callable, static: tuple, config: NutsConfig, axis_name: 
         def potential(w):
             return potential_energy(model_fn, (), kwargs, _cast(preconditioner.to_z(w), dtype)).astype(pe_type)
 
-        _, step = nuts_kernel(potential, max(config.max_tree_depth, config.warmup_tree_depth))
+        _, step = nuts_kernel(potential, max(config.max_tree_depth, config.warmup_tree_depth), product_dtype=dtype)
         w0 = first.position
         adapt_init, adapt_update, adapt_final = window_adaptation(warmup, w0.shape[0], config.adapt, target_accept,
                                                                   axis_name, chains)
