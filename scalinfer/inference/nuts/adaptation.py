@@ -189,7 +189,7 @@ def regularized_mass_matrix(cov, n) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(M^-1, S, A) from the positions' covariance estimate `cov` ((d, d) or (d,)) of `n` draws, regularized as
     Stan does: M^-1 = n / (n + 5) cov + 1e-3 * 5 / (n + 5) I, which pulls a short window's estimate
     toward a small multiple of the identity. S S' = M: with cov = L' L, L lower triangular (the Cholesky
-    factor of cov with its rows and columns reversed), S = L^-1 (`mass_matrix`)."""
+    factor of cov with its rows and columns reversed), S = L^-1 and A = L' (`mass_matrix`)."""
     return mass_matrix((n / (n + 5)) * cov + 1e-3 * (5 / (n + 5)) * (jnp.identity(cov.shape[0]) if cov.ndim == 2
                                                                      else 1.0))
 
