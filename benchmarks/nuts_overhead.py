@@ -1,6 +1,7 @@
 """What a NUTS leapfrog step costs beyond the gradient: the same potential's leapfrog step in a bare loop, with
-and without its value, against the leapfrog steps of NUTS transitions built by NumPyro's tree builder (what
-`scalinfer.inference.nuts` runs) and by blackjax's.
+and without its value, against the leapfrog steps of NUTS transitions built by NumPyro's tree builder (which
+`scalinfer.inference.nuts` runs, with a dense metric in whitened coordinates: the ``whitened`` row) and by
+blackjax's.
 
 The potential is the default `surface` model's on the quickstart's table (``data/calibration/runs.jsonl``, MoE runs;
 ``--table steplaw``: Step Law's 1,911 dense runs, read in place from ``../shared/datasets/steplaw``, the table of
@@ -18,7 +19,9 @@ steps, and the process's CPU time over them (medians of ``--repeats`` calls).
 - ``NumPyro tree``: `numpyro.infer.hmc_util.build_tree` transitions, their momenta drawn as in a fit; and the
   same with the metric's diagonal only (the products by the dense inverse mass matrix in the kinetic energy and
   the U-turn checks are what it leaves out); and the same in coordinates u = A^-1 w, A A' the inverse mass
-  matrix, with the identity metric (two products by A a step, in the potential and its gradient, instead);
+  matrix, with the identity metric (two products by A a step, in the potential and its gradient, instead, in the
+  potential's float type: how `scalinfer.inference.nuts.nuts_kernel` runs a dense metric's transitions, each
+  about its own start);
 - ``blackjax tree``: ``blackjax.nuts.build_kernel()`` transitions (skipped where blackjax is not installed).
 
     .venv/bin/python benchmarks/nuts_overhead.py [--devices 1,4] [--leapfrogs 480] [--repeats 7] [--table steplaw]
@@ -175,8 +178,10 @@ def main() -> None:
     factor = jnp.linalg.cholesky(inverse_mass)  # w = A u: in u the metric is the identity
 
     def numpyro_tree_whitened(u0, data):
+        factor_p = factor.astype(dtype)  # the product in the potential's float type, as `nuts_kernel`'s
+
         def potential(u):
-            return potential_of(data)(factor @ u)
+            return potential_of(data)((factor_p @ u.astype(dtype)).astype(u.dtype))
 
         u, n = numpyro_tree(u0, data, jnp.ones(d, u0.dtype), potential)
         return factor @ u, n
