@@ -294,9 +294,11 @@ def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_sett
     values' own call compiles it again and says what failed.
 
     The models are traced here, one program after the other: NumPyro's effect handlers live on one
-    process-wide stack, so two threads must not trace at once. XLA compiles with the GIL released, so NUTS's
-    program, which takes the longest to compile and is what a cold fit waits for, is traced first and compiles
-    while the others are traced, compiled and run."""
+    process-wide stack, so two threads must not trace at once. XLA compiles with the GIL released, so the mode
+    search's program, traced first (~1 s on Step Law's table), compiles while NUTS's is traced (~2 s); NUTS's, the
+    longest to compile, then compiles while the mode is searched for. Traced the other way round, one of the two
+    cores of a cold fit had nothing to do while NUTS's program was traced, and the fit took ~1.2 s longer
+    (benchmarks/README.md, "fit_speed.py")."""
     from scalinfer.inference.compiled import lower_constrain
     from scalinfer.inference.nuts import lower_nuts
     from scalinfer.inference.optimize import Objective, lower_start
@@ -305,8 +307,8 @@ def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_sett
     try:
         first = lower_start(m.model, kwargs, start, seed)
         like = {k: np.zeros(v.shape, v.dtype) for k, v in first.lowered.out_info.items()}
-        nuts = pool.submit(lower_nuts(m.model, kwargs, like, **nuts_settings).compile) if nuts_settings else None
         mode = [pool.submit(Objective(m.model, kwargs, like).lower().compile), pool.submit(first.compile)]
+        nuts = pool.submit(lower_nuts(m.model, kwargs, like, **nuts_settings).compile) if nuts_settings else None
         pool.submit(lower_constrain(m.model, {k: v[None] for k, v in like.items()}, kwargs).compile)
         return mode, nuts
     finally:
