@@ -295,10 +295,9 @@ def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_sett
 
     The models are traced here, one program after the other: NumPyro's effect handlers live on one
     process-wide stack, so two threads must not trace at once. XLA compiles with the GIL released, so the mode
-    search's program, traced first (~1 s on Step Law's table), compiles while NUTS's is traced (~2 s); NUTS's, the
-    longest to compile, then compiles while the mode is searched for. Traced the other way round, one of the two
-    cores of a cold fit had nothing to do while NUTS's program was traced, and the fit took ~1 s longer
-    (benchmarks/README.md, "fit_speed.py")."""
+    search's program, traced first, compiles while NUTS's is traced; NUTS's, the longest to compile, then compiles
+    while the mode is searched for. Traced NUTS's first, a cold fit's second core would have nothing to compile
+    while it is traced (benchmarks/README.md, "fit_speed.py")."""
     from scalinfer.inference.compiled import lower_constrain
     from scalinfer.inference.nuts import lower_nuts
     from scalinfer.inference.optimize import Objective, lower_start
