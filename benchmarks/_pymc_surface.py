@@ -192,6 +192,25 @@ def pt_const(x):
     return pt.as_tensor_variable(np.asarray(x, float))
 
 
+def twin_start(point: dict[str, np.ndarray], pymc_model) -> dict[str, np.ndarray]:
+    """The twin's free variables at scalinfer's posterior mode `point` (constrained values of its sites and
+    deterministics, by name): what nutpie starts every chain from. Most are scalinfer's own sites; with size
+    scatter, the levels ``<v>_size``, the laws' intercepts and N slopes are scalinfer's deterministic sites of
+    those names and ``tau_<v>_size_sq`` is the square of its ``tau_<v>_size``; ``w_lr``, ``w_b`` are the
+    non-centered offsets (a mode search samples them unpinned). Not the twin's own mode (its parameterization
+    differs), but next to it."""
+    out = {}
+    for rv in pymc_model.free_RVs:
+        name = rv.name
+        if name in point:
+            out[name] = np.asarray(point[name], float)
+        elif name.endswith("_sq") and name[:-3] in point:
+            out[name] = np.asarray(point[name[:-3]], float) ** 2
+        else:
+            raise KeyError(f"scalinfer's mode has no value for the twin's {name!r}")
+    return out
+
+
 def posterior_agreement(a: dict[str, tuple[float, float]], b: dict[str, tuple[float, float]]) -> dict[str, Any]:
     """Two samplers' posteriors of the same model compared by their means: `a`, `b` map a scalar's name to (posterior
     mean, Monte Carlo standard error of that mean); z = (mean_a - mean_b) / sqrt(mcse_a^2 + mcse_b^2) per shared

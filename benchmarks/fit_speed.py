@@ -34,11 +34,14 @@ model sizes adds size scatter, at 1.5-1.7x the wall time: row 8) on Step Law's 1
    the same quantities, the laws' intercepts and N slopes there drawn from their conditionals;
 9. nutpie on the default model, cold, its own start: the PyMC twin with size scatter
    (``build_model(..., size_scatter=True)``: the sizes' levels centered, as a PyMC user would write them; the
-   same joint distribution as scalinfer's, in another parameterization). Its log density is not scalinfer's
+   same joint distribution as scalinfer's, in another parameterization); and (``--no-nutpie-from-map`` skips it)
+   from scalinfer's MAP of the default model (a cold ``method="map"`` fit of it; `_pymc_surface.twin_start`
+   maps its mode to the twin's variables), as row 5 for the plain model. Its log density is not scalinfer's
    point by point (a change of variables), so the check is of the posteriors: the means of the shared scalars
-   (`_pymc_surface.posterior_agreement`, z-scores from their Monte Carlo standard errors), compared only when
-   both samplers converged (R-hat <= 1.01), as are the ESS/s and cold-wall ratios (null otherwise; both
-   R-hats are in the JSON).
+   (`_pymc_surface.posterior_agreement`, z-scores from their Monte Carlo standard errors) against nutpie's
+   better run that converged (R-hat <= 1.01), compared only when scalinfer's converged too, as are the ESS/s and
+   cold-wall ratios (``default_size_scatter``: null otherwise; every R-hat is in the JSON; from the MAP, nutpie's
+   cold wall has the MAP's added, as in ``cold_wall_ratio_vs_nutpie``).
 
 10. the quickstart: ``scalinfer quickstart --json`` (its table and NUTS settings, ``data/manifest.json``), cold and
    warm (two processes sharing a new cache); its fit's own seconds (``quickstart_fit_s``, cold;
@@ -255,8 +258,10 @@ if mode in ("map", "nuts"):
         out["warmup_n_steps_mean"] = f.attrs["warmup_leapfrog_steps"] / (chains * max(warmup, 1))
         if opt.get("default_model"):
             out["means"] = means(post)
-    else:
-        params = {k: np.asarray(f.posterior[k].values)[0, 0] for k in SAMPLED}
+    else:  # the mode's constrained values, deterministic sites included (the default model's twin starts from those)
+        post = f.posterior
+        names = list(post.data_vars) if opt.get("default_model") else SAMPLED
+        params = {k: np.asarray(post[k].values)[0, 0] for k in names}
         with open(opt["map_out"], "w") as fh:
             json.dump({k: v.tolist() for k, v in params.items()}, fh)
     if mode == "map" and opt.get("check"):
@@ -280,7 +285,7 @@ elif mode == "nutpie":
         model = P.build_model(data, const, PRIOR_SETS[MODEL.prior])
     if opt.get("init"):  # start every chain at this point (scalinfer's MAP), not jittered
         with open(opt["init"]) as fh:
-            start = {k: np.asarray(v, float) for k, v in json.load(fh).items()}
+            start = P.twin_start({k: np.asarray(v, float) for k, v in json.load(fh).items()}, model)
         compiled = nutpie.compile_pymc_model(model, backend=opt["backend"], initial_points=start, jitter_rvs=set())
     else:
         compiled = nutpie.compile_pymc_model(model, backend=opt["backend"])
@@ -437,6 +442,14 @@ def surface_benchmark(args) -> None:
         ss_cold, ss_warm, ss_spread = cold_warm(default_model=True)  # the default model (size scatter)
         npie_ss = _child("nutpie", args, pytensor_env("nutpie_default"), backend=args.backend, cores=args.cores,
                          default_model=True)
+        # nutpie on the default model from scalinfer's mode of it, as for the plain model: the twin's own start
+        # leaves chains in poorer modes
+        map_point_ss = str(Path(tmp) / "map_point_default.json")
+        mp_ss = None if args.no_nutpie_from_map else _child(
+            "map", args, {"SCALINFER_CACHE": fresh("map_default_cache")}, default_model=True, map_out=map_point_ss)
+        npie_ss_map = None if args.no_nutpie_from_map else _child(
+            "nutpie", args, pytensor_env("nutpie_default_map"), backend=args.backend, cores=args.cores,
+            default_model=True, init=map_point_ss)
         qs_pairs = []
         for i in range(args.repeats):  # the quickstart (its table and settings, data/manifest.json), cold and warm
             env = {"SCALINFER_CACHE": fresh(f"quickstart_cache_{i}")}
@@ -460,10 +473,20 @@ def surface_benchmark(args) -> None:
                      warm64["diag"], eps["warm_float64"], warm64))
     eps["default_size_scatter_warm"] = ss_warm["diag"]["ess_bulk_min"] / ss_warm["timings"]["nuts_s"]
     eps["nutpie_default_model"] = npie_ss["diag"]["ess_bulk_min"] / npie_ss["sampling_s"]
+    if npie_ss_map:
+        eps["nutpie_default_model_from_map"] = npie_ss_map["diag"]["ess_bulk_min"] / npie_ss_map["sampling_s"]
     import _pymc_surface as P
-    # the means agree only if both samplers found the posterior: compared only when both converged
-    converged = max(ss_warm["diag"]["rhat_max"], npie_ss["diag"]["rhat_max"]) <= 1.01
-    agreement = P.posterior_agreement(ss_warm["means"], npie_ss["means"]) if converged else None
+    # nutpie's runs of the default model that converged (R-hat <= 1.01), each with its cold wall (from the mode:
+    # plus the mode's cold wall, as a user of nutpie would have to find it) and its ESS/s; the means agree only if
+    # both samplers found the posterior, and a ratio to a run that did not converge is not like for like, so the
+    # comparisons are against these alone (the better one where both converged)
+    peers_ss = [(r, r["wall_s"], eps[k]) for r, k in ((npie_ss, "nutpie_default_model"),
+                                                      (npie_ss_map, "nutpie_default_model_from_map"))
+                if r and r["diag"]["rhat_max"] <= 1.01]
+    peers_ss = [(r, w + (mp_ss["wall_s"] if r is npie_ss_map else 0.0), e) for r, w, e in peers_ss]
+    converged = ss_warm["diag"]["rhat_max"] <= 1.01 and bool(peers_ss)
+    best_ss = max(peers_ss, key=lambda p: p[2]) if converged else None
+    agreement = P.posterior_agreement(ss_warm["means"], best_ss[0]["means"]) if converged else None
     rows += [
         ("default, size sc. cold", ss_cold["wall_s"], ss_cold["wall_s"] - ss_warm["wall_s"],
          ss_cold["timings"]["nuts_s"], ss_cold["diag"], ss_cold["diag"]["ess_bulk_min"] / ss_cold["timings"]["nuts_s"],
@@ -474,6 +497,10 @@ def surface_benchmark(args) -> None:
          eps["nutpie_default_model"], npie_ss),
         ("nutpie cold", npie["wall_s"], npie["compile_s"], npie["sampling_s"], npie["diag"], eps["nutpie"], npie),
     ]
+    if npie_ss_map:
+        rows.append(("nutpie default, from MAP", npie_ss_map["wall_s"], npie_ss_map["compile_s"],
+                     npie_ss_map["sampling_s"], npie_ss_map["diag"], eps["nutpie_default_model_from_map"],
+                     npie_ss_map))
     if npie_map:
         eps["nutpie_from_map"] = npie_map["diag"]["ess_bulk_min"] / npie_map["sampling_s"]
         rows.append(("nutpie from MAP (cold)", npie_map["wall_s"], npie_map["compile_s"], npie_map["sampling_s"],
@@ -509,14 +536,19 @@ def surface_benchmark(args) -> None:
     print(f"scalinfer rows: the median of {args.repeats} (cold, warm) pairs by wall; every run:")
     for name, sp in (("plain", spread), ("default", ss_spread)):
         print(f"  {name:8s} " + "; ".join(f"{k} {', '.join(f'{v:.1f}' for v in vals)}" for k, vals in sp.items()))
+    nutpie_rhats = ", ".join(f"{name} {r['diag']['rhat_max']:.3f}" for name, r in
+                             (("own start", npie_ss), ("from the MAP", npie_ss_map)) if r)
     if agreement:
+        which = "from the MAP" if best_ss[0] is npie_ss_map else "own start"
         print(f"default model: scalinfer (size scatter integrated out, `scalinfer.models.surface.size_scatter`) and "
-              f"the PyMC twin (centered levels): max |z| of the posterior means {agreement['max_abs_z']:.2f} "
-              f"({agreement['worst']}) over {agreement['n']} scalars")
+              f"the PyMC twin (centered levels; nutpie {which}): max |z| of the posterior means "
+              f"{agreement['max_abs_z']:.2f} ({agreement['worst']}) over {agreement['n']} scalars; ratios against "
+              f"it: ESS/s {eps['default_size_scatter_warm']:.1f} / {best_ss[2]:.1f}, cold wall "
+              f"{ss_cold['wall_s']:.1f} / {best_ss[1]:.1f} s (R-hat max of nutpie's runs: {nutpie_rhats})")
     else:
         print(f"default model: the posteriors are not compared (R-hat max scalinfer {ss_warm['diag']['rhat_max']:.3f}, "
-              f"nutpie {npie_ss['diag']['rhat_max']:.3f}: a sampler that did not converge has no posterior mean to "
-              "compare), nor is the ESS/s ratio against nutpie's run meaningful")
+              f"nutpie {nutpie_rhats}: a sampler that did not converge has no posterior mean to compare), nor are "
+              "the ratios against nutpie's runs meaningful")
     print("compile s: scalinfer cold = cold wall - warm wall; MAP and warm = XLA compile s not from the cache; "
           "nutpie = model build + compile_pymc_model. sampling s: scalinfer = fit.timings['nuts_s'] (cold: "
           "includes compiling NUTS); nutpie = nutpie.sample. ESS/s = min bulk ESS / sampling s. nutpie from MAP: "
@@ -529,7 +561,7 @@ def surface_benchmark(args) -> None:
                   f"leapfrog steps per warmup iteration {r['warmup_n_steps_mean']:.0f}")
     # the headline ratios are against nutpie's better run: its own start, or every chain at our MAP (whose
     # cold wall then includes finding the MAP, as a user would have to)
-    peer_eps = max(v for k, v in eps.items() if k.startswith("nutpie"))
+    peer_eps = max(v for k, v in eps.items() if k in ("nutpie", "nutpie_from_map"))  # the plain model's runs
     peer_wall = min([npie["wall_s"]] + ([npie_map["wall_s"] + mp["wall_s"]] if npie_map else []))
     print(f"headline ratios against nutpie's better run: ESS/s {eps['warm']:.1f} / {peer_eps:.1f}, "
           f"cold wall {cold['wall_s']:.1f} / {peer_wall:.1f} s")
@@ -546,14 +578,17 @@ def surface_benchmark(args) -> None:
         "default_size_scatter": {"cold_wall_s": ss_cold["wall_s"], "warm_wall_s": ss_warm["wall_s"],
                                  "ess_per_s_warm": eps["default_size_scatter_warm"],
                                  "steps_per_draw": ss_warm["n_steps_mean"],
-                                 "ess_per_s_ratio_vs_nutpie": eps["default_size_scatter_warm"]
-                                 / eps["nutpie_default_model"] if converged else None,
-                                 # a wall to an unconverged run is not a like-for-like figure either
-                                 "cold_wall_ratio_vs_nutpie": ss_cold["wall_s"] / npie_ss["wall_s"]
+                                 # against nutpie's better converged run (own start, or from the MAP with
+                                 # the MAP's cold wall added); null where none converged
+                                 "ess_per_s_ratio_vs_nutpie": eps["default_size_scatter_warm"] / best_ss[2]
                                  if converged else None,
+                                 "cold_wall_ratio_vs_nutpie": ss_cold["wall_s"] / best_ss[1] if converged else None,
                                  "rhat_max": ss_warm["diag"]["rhat_max"],
                                  "nutpie_rhat_max": npie_ss["diag"]["rhat_max"],
                                  "nutpie_wall_s": npie_ss["wall_s"], "nutpie_steps_per_draw": npie_ss["n_steps_mean"],
+                                 "nutpie_from_map_rhat_max": npie_ss_map["diag"]["rhat_max"] if npie_ss_map else None,
+                                 "nutpie_from_map_wall_s": npie_ss_map["wall_s"] if npie_ss_map else None,
+                                 "map_wall_s": mp_ss["wall_s"] if mp_ss else None,
                                  "posterior_agreement": agreement, "repeats": ss_spread},
         "repeats": args.repeats, "plain_repeats": spread,
         "compile_s_estimate": compile_est, "xla_compile_s_cold": cold["xla_compile_s"],
@@ -567,7 +602,8 @@ def surface_benchmark(args) -> None:
                  "scalinfer_float64_second_fit": warm64, "nutpie_cold": npie,
                  "nutpie_from_map_cold": npie_map, "blackjax_cold": bj,
                  "default_size_scatter_cold": ss_cold, "default_size_scatter_warm": ss_warm,
-                 "nutpie_default_model_cold": npie_ss},
+                 "nutpie_default_model_cold": npie_ss, "scalinfer_map_default_model": mp_ss,
+                 "nutpie_default_model_from_map_cold": npie_ss_map},
     }
     if npie_map:
         report["ess_per_s_ratio_vs_nutpie_from_map"] = eps["warm"] / eps["nutpie_from_map"]
@@ -591,7 +627,8 @@ def main() -> None:
     p.add_argument("--backend", default="numba", choices=("numba", "jax"), help="nutpie's backend (surface)")
     p.add_argument("--no-blackjax", action="store_true", help="skip the blackjax row (surface)")
     p.add_argument("--no-nutpie-from-map", action="store_true",
-                   help="skip the nutpie row that starts every chain at scalinfer's MAP (surface)")
+                   help="skip the nutpie rows that start every chain at scalinfer's MAP, of the plain and of the "
+                   "default model (surface)")
     p.add_argument("--no-check", action="store_true", help="skip the PyMC/NumPyro log-density check (surface)")
     p.add_argument("--no-float64", action="store_true", help="skip the scalinfer float64-potential row (surface)")
     p.add_argument("--repeats", type=int, default=3,
