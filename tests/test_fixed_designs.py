@@ -112,13 +112,15 @@ def fixed_batch_fit():
 
 
 def _converged(f):
-    """The issue's criterion at the defaults (4 x 1,000 draws): R-hat <= 1.01, bulk ESS >= 400, < 0.5% divergent."""
+    """The issue's criterion at the defaults (4 x 1,000 draws, more where not converged): R-hat <= 1.01, bulk ESS
+    >= 400, fewer than 0.5% of the draws divergent (of those drawn: a fit that draws more has more transitions that
+    can diverge)."""
     s = {k: v for k, v in f.summary().items() if np.isfinite(v["r_hat"])}
     worst = max(s, key=lambda k: s[k]["r_hat"])
     assert s[worst]["r_hat"] <= 1.01, (worst, s[worst])
     least = min(s, key=lambda k: s[k]["ess_bulk"])
     assert s[least]["ess_bulk"] >= 400, (least, s[least])
-    assert f.divergences < 0.005 * 4 * 500
+    assert f.divergences < 0.005 * f.n_draws, (f.divergences, f.n_draws)
 
 
 # The target is 2x the largest fitted N and D (a new setting, whose offsets have mean zero: the law's value is
