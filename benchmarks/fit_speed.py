@@ -481,10 +481,9 @@ def surface_benchmark(args) -> None:
     # both samplers found the posterior, and a ratio to a run that did not converge is not like for like, so the
     # comparisons are against these alone (where both converged, each ratio against the better of the two, as the
     # plain model's)
-    peers_ss = [(r, r["wall_s"], eps[k]) for r, k in ((npie_ss, "nutpie_default_model"),
-                                                      (npie_ss_map, "nutpie_default_model_from_map"))
+    peers_ss = [(r, r["wall_s"] + (mp_ss["wall_s"] if r is npie_ss_map else 0.0), eps[k])
+                for r, k in ((npie_ss, "nutpie_default_model"), (npie_ss_map, "nutpie_default_model_from_map"))
                 if r and r["diag"]["rhat_max"] <= 1.01]
-    peers_ss = [(r, w + (mp_ss["wall_s"] if r is npie_ss_map else 0.0), e) for r, w, e in peers_ss]
     converged = ss_warm["diag"]["rhat_max"] <= 1.01 and bool(peers_ss)
     best_ss = max(peers_ss, key=lambda p: p[2]) if converged else None  # by ESS/s
     peer_wall_ss = min(w for _, w, _ in peers_ss) if converged else None
@@ -545,8 +544,8 @@ def surface_benchmark(args) -> None:
         print(f"default model: scalinfer (size scatter integrated out, `scalinfer.models.surface.size_scatter`) and "
               f"the PyMC twin (centered levels; nutpie {which}): max |z| of the posterior means "
               f"{agreement['max_abs_z']:.2f} ({agreement['worst']}) over {agreement['n']} scalars; ratios against "
-              f"nutpie's better converged run: ESS/s {eps['default_size_scatter_warm']:.1f} / {best_ss[2]:.1f}, cold wall "
-              f"{ss_cold['wall_s']:.1f} / {peer_wall_ss:.1f} s (R-hat max of nutpie's runs: {nutpie_rhats})")
+              f"nutpie's better converged run: ESS/s {eps['default_size_scatter_warm']:.1f} / {best_ss[2]:.1f}, "
+              f"cold wall {ss_cold['wall_s']:.1f} / {peer_wall_ss:.1f} s (R-hat max of nutpie's runs: {nutpie_rhats})")
     else:
         print(f"default model: the posteriors are not compared (R-hat max scalinfer {ss_warm['diag']['rhat_max']:.3f}, "
               f"nutpie {nutpie_rhats}: a sampler that did not converge has no posterior mean to compare), nor are "
