@@ -80,11 +80,45 @@ def test_programs_compiled_ahead_are_the_ones_run():
     with CompileLog() as log:
         f = scalinfer.fit(_table(7), model="chinchilla", chains=2, warmup=147, samples=53, seed=7)
     assert f.posterior.sizes["draw"] == 53
-    # the mode search's program may be in memory already (earlier tests' tables have these shapes): at most one
-    for p in ("scalinfer_potential", "scalinfer_nuts"):
+    # the mode search's program may be in memory already (earlier tests' tables have these shapes): at most one;
+    # one program of constrained values for the mode's one row and the draws' 106 (`compiled.DRAW_ROWS`)
+    for p in ("scalinfer_potential", "scalinfer_nuts", "scalinfer_constrain", "scalinfer_log_densities"):
         events = [e for name, ev in log.by_name.items() if p in name for e in ev]
         assert len(events) <= 1, f"{p}: {len(events)} compilations or cache hits: {log.by_name}"
     assert any("scalinfer_nuts" in name for name in log.by_name), "NUTS's program was not compiled"
+
+
+def test_draws_run_in_chunks_of_one_program():
+    """`constrain` and `log_densities` run any number of draws through one program of `DRAW_ROWS` rows, the last
+    chunk padded: the values of 1, DRAW_ROWS and DRAW_ROWS + 3 draws are those of each draw alone (the same
+    program on the same row: equal to rounding), and no second program is compiled for another count."""
+    from scalinfer.inference.compiled import DRAW_ROWS, constrain, log_densities
+
+    m = get_model("chinchilla")
+    runs = _table(3)
+    data, const = m.prepare(runs)
+    kwargs = m.model_kwargs(data, const)
+    rng = np.random.default_rng(0)
+    n = DRAW_ROWS + 3
+    z = {k: rng.normal(0.0, 0.3, (n, *np.shape(v))) for k, v in m.init_values(data, const).items()}
+    whole = constrain(m.model, z, kwargs)
+    with CompileLog() as log:
+        for i in (0, n - 1):
+            one = constrain(m.model, {k: v[i:i + 1] for k, v in z.items()}, kwargs)
+            for k in whole:
+                np.testing.assert_allclose(whole[k][i], one[k][0], rtol=1e-12)
+        samples = {k: whole[k].reshape(1, n, *np.shape(whole[k])[1:]) for k in z}
+        lik, prior = log_densities(m.model, samples, kwargs)
+        lik1, prior1 = log_densities(m.model, {k: v[:, n - 1:] for k, v in samples.items()}, kwargs)
+        lik2, _ = log_densities(m.model, {k: v[:, :DRAW_ROWS] for k, v in samples.items()}, kwargs)
+    assert all(v.shape[:2] == (1, n) for v in (*lik.values(), *prior.values()))
+    for k in lik:
+        np.testing.assert_allclose(lik[k][0, n - 1], lik1[k][0, 0], rtol=1e-12)
+        np.testing.assert_allclose(lik[k][0, :DRAW_ROWS], lik2[k][0], rtol=1e-12)
+    for k in prior:
+        np.testing.assert_allclose(prior[k][0, n - 1], prior1[k][0, 0], rtol=1e-12)
+    assert not any("scalinfer_constrain" in name for name in log.by_name), log.by_name
+    assert sum(len(ev) for name, ev in log.by_name.items() if "scalinfer_log_densities" in name) <= 1
 
 
 @pytest.mark.parametrize("value, dynamic", [

@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["split_kwargs", "join_kwargs", "program", "StoredProgram", "LoweredProgram", "program_store",
-           "release_if_crowded", "model_sites", "constrain", "lower_constrain", "log_densities",
+           "release_if_crowded", "model_sites", "DRAW_ROWS", "constrain", "lower_constrain", "log_densities",
            "lower_log_densities", "tree_unraveler"]
 
 
@@ -437,21 +437,50 @@ def constrain(model_fn: Callable, z: dict[str, Any], kwargs: dict[str, Any], bat
               ) -> dict[str, np.ndarray]:
     """`numpyro.infer.util.constrain_fn` at unconstrained draws `z` (site name -> array with `batch_ndims`
     leading batch axes): the constrained value of every latent site and every deterministic site, as one
-    compiled program with the data as an argument (the batch axes flattened into one, so that the mode, a
-    Laplace approximation and NUTS's draws share it)."""
+    compiled program with the data as an argument (the batch axes flattened into one and run in chunks of
+    `DRAW_ROWS`, so that the mode, a Laplace approximation and NUTS's draws share it)."""
     dynamic, static = split_kwargs(kwargs)
     lead = np.shape(next(iter(z.values())))[:batch_ndims]
     flat = {k: np.reshape(v, (-1, *np.shape(v)[batch_ndims:])) for k, v in z.items()}
-    out = _constrain_program(model_fn, static)(flat, dynamic)
+    out = _in_chunks(_constrain_program(model_fn, static), flat, dynamic)
     return {k: np.asarray(v).reshape(*lead, *np.shape(v)[1:]) for k, v in out.items()}
 
 
 def lower_constrain(model_fn: Callable, z: dict[str, Any], kwargs: dict[str, Any]) -> LoweredProgram:
-    """The program `constrain` runs at unconstrained draws shaped like `z` (one batch axis), lowered:
-    ``.compile()`` it in a thread (`scalinfer.fit` compiles the one of the mode's values beside the mode search's
-    program), and a later `constrain` of such draws runs it."""
+    """The program `constrain` runs at unconstrained draws shaped like `z` (one batch axis, of any length: the
+    program's is `DRAW_ROWS`), lowered: ``.compile()`` it in a thread (`scalinfer.fit` compiles it beside the mode
+    search's program), and a later `constrain` of such draws runs it."""
     dynamic, static = split_kwargs(kwargs)
-    return _constrain_program(model_fn, static).lower(z, dynamic)
+    return _constrain_program(model_fn, static).lower(_chunk_like(z), dynamic)
+
+
+#: rows of the draws' programs (`constrain`, `log_densities`): draws run through them in chunks of this many,
+#: the last padded, so that one program per model and data shapes serves the mode (one row), a Laplace
+#: approximation's draws and NUTS's, before and after NUTS draws more (a multiple of 8, a vector's float32 lanes)
+DRAW_ROWS = 400
+
+
+def _chunk_like(tree: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Zeros shaped like `tree`'s arrays (one leading batch axis), with `DRAW_ROWS` rows."""
+    return {k: np.zeros((DRAW_ROWS, *np.shape(v)[1:]), np.asarray(v).dtype) for k, v in tree.items()}
+
+
+def _in_chunks(program: Callable, flat: dict[str, np.ndarray], dynamic: dict[str, Any]) -> Any:
+    """`program(rows, dynamic)` over `flat`'s rows (one leading batch axis) in chunks of `DRAW_ROWS`, the last
+    padded with copies of the first row (values the model accepts), its outputs' rows concatenated."""
+    import jax
+
+    n = len(next(iter(flat.values())))
+    total = max(1, -(-n // DRAW_ROWS)) * DRAW_ROWS
+
+    def padded(x):
+        x = np.asarray(x)
+        fill = x[:1] if n else np.zeros((1, *x.shape[1:]), x.dtype)
+        return np.concatenate([x, np.repeat(fill, total - n, axis=0)]) if total > n else x
+
+    rows = {k: padded(v) for k, v in flat.items()}
+    outs = [program({k: v[i:i + DRAW_ROWS] for k, v in rows.items()}, dynamic) for i in range(0, total, DRAW_ROWS)]
+    return jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs])[:n], *outs)
 
 
 @program
@@ -500,19 +529,19 @@ def log_densities(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str,
     `dtype`: the float type to evaluate in (``"float32"``: the samples and the data cast to it, as a float32 NUTS
     potential evaluates them; None: as given). The results are float64 either way."""
     lead = np.shape(next(iter(samples.values())))[:batch_ndims]
-    program, args = _log_densities_call(model_fn, samples, kwargs, batch_ndims, dtype)
-    likelihood, prior = program(*args)
+    program, (flat, dynamic) = _log_densities_call(model_fn, samples, kwargs, batch_ndims, dtype)
+    likelihood, prior = _in_chunks(program, flat, dynamic)
     return ({k: np.asarray(v, float).reshape(*lead, *np.shape(v)[1:]) for k, v in likelihood.items()},
             {k: np.asarray(v, float).reshape(lead) for k, v in prior.items()})
 
 
 def lower_log_densities(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str, Any], batch_ndims: int = 2,
                         dtype: str | None = None) -> LoweredProgram:
-    """The program `log_densities` runs at samples shaped like `samples` (with these arguments), lowered:
-    ``.compile()`` it in a thread (`scalinfer.fit` compiles the one of NUTS's draws while NUTS's program
-    compiles or runs), and a later `log_densities` of such samples runs it."""
-    program, args = _log_densities_call(model_fn, samples, kwargs, batch_ndims, dtype)
-    return program.lower(*args)
+    """The program `log_densities` runs at samples shaped like `samples` (with these arguments; its batch is
+    `DRAW_ROWS` rows, whatever theirs), lowered: ``.compile()`` it in a thread (`scalinfer.fit` compiles the one of
+    NUTS's draws while NUTS's program compiles or runs), and a later `log_densities` of such samples runs it."""
+    program, (flat, dynamic) = _log_densities_call(model_fn, samples, kwargs, batch_ndims, dtype)
+    return program.lower(_chunk_like(flat), dynamic)
 
 
 def _log_densities_call(model_fn: Callable, samples: dict[str, Any], kwargs: dict[str, Any], batch_ndims: int,

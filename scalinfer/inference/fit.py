@@ -208,7 +208,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
 
     from scalinfer.inference.nuts import run_nuts, terminal_window
 
-    sites = _compile_draws(m, kwargs, point, chains * samples, potential_dtype)
+    sites = _compile_draws(m, kwargs, point, potential_dtype)
     _log(f"{m.name}: NUTS, {chains} chains x ({warmup} warmup + {samples} draws)", quiet)
     t1 = time.perf_counter()
     extra["target_accept"] = target_accept
@@ -289,9 +289,10 @@ def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_sett
                    ) -> tuple[list[Future], Future | None]:
     """Compile the programs of the mode search and of NUTS (with `nuts_settings`; empty: no NUTS) in threads,
     before the mode is known: their shapes are (those of the mode search's start, `lower_start`). Returns the
-    futures of the mode search's compilations (its potential and its start) and of NUTS's. The program of the
-    mode's constrained values (`PointFit.params`) compiles beside them; a failure there is not awaited: the
-    values' own call compiles it again and says what failed.
+    futures of the mode search's compilations (its potential and its start) and of NUTS's. The program of
+    constrained values, the mode's (`PointFit.params`) and the draws' (`scalinfer.inference.compiled.constrain`),
+    compiles beside them; a failure there is not awaited: the values' own call compiles it again and says what
+    failed.
 
     The models are traced here, one program after the other: NumPyro's effect handlers live on one
     process-wide stack, so two threads must not trace at once. XLA compiles with the GIL released, so the mode
@@ -314,24 +315,23 @@ def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_sett
         pool.shutdown(wait=False)  # the threads end with the compilations
 
 
-def _compile_draws(m: Model, kwargs: dict[str, Any], point, n_draws: int, potential_dtype: str | None
+def _compile_draws(m: Model, kwargs: dict[str, Any], point, potential_dtype: str | None
                    ) -> dict[str, dict[str, Any]]:
-    """Compile, in a thread, the programs that turn NUTS's `n_draws` (chains x samples) draws into the fit: their
-    constrained values (`scalinfer.inference.nuts.run_nuts` constrains its whole buffer of draws) and their log
-    densities (`_log_densities`), so that they are ready when NUTS ends (where NUTS draws more, the log densities'
-    program is compiled again for the longer draws). Called once the mode is found: where NUTS's program still
-    compiles, a core is free of the mode search. A failure is not awaited: the programs' own calls compile them
-    again and say what failed. Returns the model's sites on `kwargs` (`model_sites`, for `_to_tree`)."""
+    """Compile, in a thread, the program of the log densities (`_log_densities`) of NUTS's draws, so that it is
+    ready when NUTS ends (one program, however many draws: `scalinfer.inference.compiled.DRAW_ROWS`). The
+    program of the draws' constrained values is the mode's, compiled beside the mode search's
+    (`_compile_ahead`). Called once the mode is found: where NUTS's program still compiles, a core is free of the
+    mode search. A failure is not awaited: the program's own call compiles it again and says what failed. Returns
+    the model's sites on `kwargs` (`model_sites`, for `_to_tree`)."""
     from scalinfer.inference.compiled import lower_constrain, lower_log_densities, model_sites
 
     sites = model_sites(m.model, kwargs)
-    constrain_ = lower_constrain(m.model, {k: np.zeros((n_draws, *np.shape(v))) for k, v in point.z.items()}, kwargs)
     latent = _latent(sites)
-    like = {k: np.zeros(v.shape, v.dtype) for k, v in constrain_.lowered.out_info.items() if k in latent}
+    constrained = lower_constrain(m.model, {k: np.zeros((1, *np.shape(v))) for k, v in point.z.items()}, kwargs)
+    like = {k: np.zeros(v.shape, v.dtype) for k, v in constrained.lowered.out_info.items() if k in latent}
     densities = lower_log_densities(m.model, like, kwargs, batch_ndims=1, dtype=_densities_dtype(potential_dtype))
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scalinfer-compile")
-    for program in (constrain_, densities):
-        pool.submit(program.compile)
+    pool.submit(densities.compile)
     pool.shutdown(wait=False)
     return sites
 
