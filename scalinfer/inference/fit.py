@@ -150,7 +150,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     if method == "bootstrap":
         raise ModelError(f"model {m.name!r} is Bayesian: use --method nuts, map or laplace")
 
-    from scalinfer.inference.compiled import release_if_crowded
+    from scalinfer.inference.compiled import model_sites, release_if_crowded
     from scalinfer.inference.optimize import find_map, laplace_draws, laplace_flat
 
     # ArviZ imported in a thread while the mode is searched for, much of which runs in XLA without the GIL; else,
@@ -174,6 +174,9 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
                          warmup_tree_depth=warmup_tree_depth, chain_method=chain_method,
                          potential_dtype=potential_dtype)
     mode_compiled, nuts_compiled = _compile_ahead(m, kwargs, start, seed, nuts_settings if method == "nuts" else {})
+    # the model's sites for the fit's tree (`_to_tree`), traced while the mode search's program compiles (NUTS's
+    # fit takes them on its own coordinates, `_compile_draws`)
+    sites = model_sites(m.model, kwargs) if method != "nuts" else None
     for compiled in mode_compiled:
         compiled.result()
     point = find_map(m.model, kwargs, start, seed=seed)
@@ -198,12 +201,12 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     t_map = time.perf_counter() - t0
     if method == "map":
         draws = {k: np.asarray(v)[None, None] for k, v in point.params.items()}
-        tree = _to_tree(m, runs, data, constants, draws, None, kwargs, method, extra)
+        tree = _to_tree(m, runs, data, constants, draws, None, kwargs, method, extra, sites=sites)
         return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map}, model=m)
     if method == "laplace":
         d, _ = laplace_draws(point, samples * chains, seed=seed)
         draws = {k: v.reshape(chains, samples, *v.shape[1:]) for k, v in d.items()}
-        tree = _to_tree(m, runs, data, constants, draws, None, kwargs, method, extra)
+        tree = _to_tree(m, runs, data, constants, draws, None, kwargs, method, extra, sites=sites)
         return Fit(tree, timings={"total_s": time.perf_counter() - t0, "map_s": t_map}, model=m)
 
     from scalinfer.inference.nuts import run_nuts, terminal_window
