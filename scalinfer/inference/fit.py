@@ -21,6 +21,7 @@ import sys
 import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import Any
 
@@ -312,7 +313,8 @@ def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_sett
         like = {k: np.zeros(v.shape, v.dtype) for k, v in first.lowered.out_info.items()}
         mode = [pool.submit(Objective(m.model, kwargs, like).lower().compile), pool.submit(first.compile)]
         nuts = pool.submit(lower_nuts(m.model, kwargs, like, **nuts_settings).compile) if nuts_settings else None
-        pool.submit(lower_constrain(m.model, {k: v[None] for k, v in like.items()}, kwargs).compile)
+        constrained = lower_constrain(m.model, {k: v[None] for k, v in like.items()}, kwargs)
+        pool.submit(lambda: (futures_wait(mode[:1]), constrained.compile()))  # once the mode search's has the cores
         return mode, nuts
     finally:
         pool.shutdown(wait=False)  # the threads end with the compilations
