@@ -422,8 +422,10 @@ def model_sites(model_fn: Callable, kwargs: dict[str, Any]) -> dict[str, dict[st
     return out
 
 
-@program
+@program(optimization_level=0)
 def _constrain_program(model_fn, static):
+    """Compiled at XLA's backend optimization level 0: a fit runs it on a few chunks of draws, each a
+    millisecond or so at any level, where level 0 compiles faster (benchmarks/README.md, "fit_speed.py")."""
     import jax
     from numpyro.infer.util import constrain_fn
 
@@ -483,8 +485,11 @@ def _in_chunks(program: Callable, flat: dict[str, np.ndarray], dynamic: dict[str
     return jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs])[:n], *outs)
 
 
-@program
+@program(optimization_level=1)
 def _log_densities_program(model_fn, static):
+    """Compiled at XLA's backend optimization level 1: a fit runs it once on its draws, a few chunks, about as
+    fast as at the default level 3, and it compiles faster (level 0 compiles faster still but runs ~4x slower:
+    benchmarks/README.md, "fit_speed.py")."""
     import jax
     import jax.numpy as jnp
     from numpyro import handlers
