@@ -290,3 +290,46 @@ def test_a_programs_compiler_options_hold_ahead_and_on_a_first_call(monkeypatch)
     np.testing.assert_allclose(fn(y), np.sin(y), rtol=1e-12)
     assert seen == [level1, level1]
     assert fn.resolve(y) is fn.resolve(y)  # the executable itself, kept
+
+
+def test_a_call_waits_for_its_program_compiling_in_another_thread(monkeypatch):
+    """`scalinfer.fit` compiles programs in threads ahead of their first call (`LoweredProgram.compile`); a call
+    that comes while one of its shapes still compiles must wait for that executable, not compile a second one
+    (a duplicate compilation on the fit's critical path). The compilation is held open by an event, so the call
+    is certain to come during it."""
+    import threading
+
+    import jax
+
+    from scalinfer.inference import compiled
+
+    started, release, seen = threading.Event(), threading.Event(), []
+    original = jax.stages.Lowered.compile
+
+    def compile_(self, compiler_options=None, **kw):
+        seen.append(threading.current_thread().name)
+        started.set()
+        release.wait(30)
+        return original(self, compiler_options=compiler_options, **kw)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", compile_)
+
+    @compiled.program(optimization_level=1)
+    def build(model_fn, static):
+        return jax.jit(model_fn)
+
+    fn = build(_sine, ())
+    x = np.linspace(0.0, 1.0, 9)
+    worker = threading.Thread(target=fn.lower(x).compile, name="ahead")
+    worker.start()
+    assert started.wait(30)
+    result = {}
+    caller = threading.Thread(target=lambda: result.update(y=fn(x)), name="caller")
+    caller.start()
+    caller.join(0.3)
+    assert caller.is_alive(), "the call did not wait for the compilation under way"
+    release.set()
+    worker.join(30)
+    caller.join(30)
+    np.testing.assert_allclose(result["y"], np.sin(x), rtol=1e-12)
+    assert seen == ["ahead"], f"compiled by {seen}"

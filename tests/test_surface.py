@@ -626,8 +626,8 @@ def test_the_models_beta_is_numpyros():
 def test_log_gamma_ratio_is_scipys():
     """`log_gamma_ratio`, the Student t's log Gamma(a) - log Gamma(a + 1/2) by Stirling's series, against SciPy's
     log-gammas over a = nu / 2 from 1e-3 to 1e4: in float64 to 1e-12 (its truncation error is below 1.4e-13,
-    and float64 rounding of terms of size ~10 is ~1e-15) plus the reference's own rounding, its gradient to SciPy's digammas to 1e-12 relative;
-    in float32, to 3e-6 (a few float32 roundings of terms of size ~1: the terms that cancel in the difference
+    and float64 rounding of terms of size ~10 is ~1e-15) plus the reference's own rounding, its gradient to
+    SciPy's digammas to 1e-12 relative; in float32, to 3e-6 (a few float32 roundings of terms of size ~1: the terms that cancel in the difference
     are taken out, where XLA's float32 `gammaln(a) - gammaln(a + 1/2)` errs by ~1e-4 at a ~ 500)."""
     import jax
     import jax.numpy as jnp

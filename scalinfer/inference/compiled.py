@@ -247,6 +247,7 @@ class StoredProgram:
         self.jitted, self.name, self.compiler_options = jitted, name, compiler_options
         self._programs: dict[str, Callable] = {}
         self._compiled: dict[str, Callable] = {}
+        self._compiling: dict[str, threading.Event] = {}  # shapes -> set when its `LoweredProgram.compile` ends
         self._lock = threading.Lock()
 
     def _for(self, shapes: str, args: tuple) -> Callable:
@@ -298,7 +299,19 @@ class StoredProgram:
             with self._lock:
                 self._compiled[shapes] = compiled
 
-        return LoweredProgram(self._for(shapes, args).lower(*args), keep, self.compiler_options)
+        def begin() -> Callable[[], None]:
+            with self._lock:
+                done = self._compiling.setdefault(shapes, threading.Event())
+
+            def end():
+                with self._lock:
+                    if self._compiling.get(shapes) is done:
+                        del self._compiling[shapes]
+                done.set()
+
+            return end
+
+        return LoweredProgram(self._for(shapes, args).lower(*args), keep, self.compiler_options, begin)
 
     def __call__(self, *args: Any) -> Any:
         return self.resolve(*args)(*args)
@@ -307,8 +320,13 @@ class StoredProgram:
         """What a call with arguments of these shapes runs (the executable `LoweredProgram.compile` handed over,
         else the stored or jitted function; with `compiler_options`, the executable compiled here with them):
         a caller that calls it many times with such arguments (the mode search's batches) can keep it and skip
-        working out the arguments' shapes each time."""
+        working out the arguments' shapes each time. Where a `LoweredProgram.compile` of these shapes is under way
+        in another thread, it waits for that executable rather than compile a second one."""
         shapes = _shapes(args)
+        with self._lock:
+            compiling = self._compiling.get(shapes)
+        if compiling is not None:
+            compiling.wait()
         compiled = self._compiled.get(shapes)
         if compiled is None and self.compiler_options is not None:
             compiled = self.lower(*args).compile()
@@ -320,15 +338,21 @@ class LoweredProgram:
     ``compile()`` compiles it (XLA releases the GIL: a thread can, while another traces) and hands the
     executable to the program, whose calls with arguments of these shapes run it from then on: a later call
     does not look for it again (a jitted ``Exported.call`` called after its ``lower().compile()`` in another
-    thread compiled it a second time)."""
+    thread compiled it a second time), and a call while it compiles waits for it (`StoredProgram.resolve`)."""
 
-    def __init__(self, lowered, keep: Callable[[Any], None], compiler_options: dict[str, Any] | None = None):
-        self.lowered, self._keep, self.compiler_options = lowered, keep, compiler_options
+    def __init__(self, lowered, keep: Callable[[Any], None], compiler_options: dict[str, Any] | None = None,
+                 begin: Callable[[], Callable[[], None]] | None = None):
+        self.lowered, self._keep, self.compiler_options, self._begin = lowered, keep, compiler_options, begin
 
     def compile(self):
-        compiled = self.lowered.compile(compiler_options=self.compiler_options)
-        self._keep(compiled)
-        return compiled
+        end = self._begin() if self._begin is not None else None  # the program's calls wait for this compilation
+        try:
+            compiled = self.lowered.compile(compiler_options=self.compiler_options)
+            self._keep(compiled)
+            return compiled
+        finally:
+            if end is not None:
+                end()
 
 
 def _count_lines(path: str) -> int | None:

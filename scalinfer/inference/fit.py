@@ -304,7 +304,7 @@ def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_sett
     while the mode is searched for. Traced NUTS's first, a cold fit's second core would have nothing to compile
     while it is traced (benchmarks/README.md, "fit_speed.py")."""
     from scalinfer.inference.compiled import lower_constrain
-    from scalinfer.inference.nuts import lower_nuts
+    from scalinfer.inference.nuts import chain_keys, lower_nuts
     from scalinfer.inference.optimize import Objective, lower_start
 
     pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="scalinfer-compile")
@@ -312,6 +312,8 @@ def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_sett
         first = lower_start(m.model, kwargs, start, seed)
         like = {k: np.zeros(v.shape, v.dtype) for k, v in first.lowered.out_info.items()}
         mode = [pool.submit(Objective(m.model, kwargs, like).lower().compile), pool.submit(first.compile)]
+        if nuts_settings:  # the chains' keys' program compiles (and runs) beside NUTS's tracing, which needs none
+            pool.submit(chain_keys, seed, nuts_settings["chains"])
         nuts = pool.submit(lower_nuts(m.model, kwargs, like, **nuts_settings).compile) if nuts_settings else None
         constrained = lower_constrain(m.model, {k: v[None] for k, v in like.items()}, kwargs)
         pool.submit(lambda: (futures_wait(mode[:1]), constrained.compile()))  # once the mode search's has the cores

@@ -61,8 +61,8 @@ from scalinfer.inference.compiled import (LoweredProgram, constrain, join_kwargs
 from scalinfer.inference.nuts.adaptation import ADAPT, NutsConfig, NutsParameters, terminal_window, window_adaptation
 from scalinfer.inference.optimize import Objective
 
-__all__ = ["run_nuts", "lower_nuts", "CHAIN_METHODS", "nuts_kernel", "Preconditioner", "ChainState", "NutsStats",
-           "STAT_FIELDS", "MAX_DELTA_ENERGY", "PROGRESS_CHUNKS"]
+__all__ = ["run_nuts", "lower_nuts", "chain_keys", "CHAIN_METHODS", "nuts_kernel", "Preconditioner", "ChainState",
+           "NutsStats", "STAT_FIELDS", "MAX_DELTA_ENERGY", "PROGRESS_CHUNKS"]
 
 #: a transition whose energy rises by more than this along the trajectory is divergent (NumPyro's and Stan's)
 MAX_DELTA_ENERGY = 1000.0
@@ -251,6 +251,13 @@ def _chain_keys(key, chains: int):
     so that NUTS's program does not carry the splits' code for work done once."""
     keys = jax.random.split(key, chains) if chains > 1 else key[None]  # as numpyro.infer.MCMC.run
     return jax.vmap(lambda k: jax.random.split(jax.random.split(k)[0], 3)[0])(keys)
+
+
+def chain_keys(seed: int, chains: int) -> np.ndarray:
+    """The chains' first keys (chains, 2) of `run_nuts` with `seed`, split as NumPyro's ``MCMC.run`` and HMC kernel
+    split them (a small program of its own: `scalinfer.fit` computes them in a thread while it traces NUTS's
+    program, whose lowering needs only their shape)."""
+    return np.asarray(_chain_keys(jax.random.PRNGKey(seed), int(chains)))
 
 
 def _cast(tree, dtype):
@@ -501,16 +508,22 @@ def _target(target_accept: float) -> np.ndarray:
 
 def _program_and_arguments(model_fn: Callable, model_kwargs: dict[str, Any], first: ChainStart,
                            preconditioner: Preconditioner, config: NutsConfig, chains: int, chain_method: str,
-                           seed: int):
+                           seed: int | None):
     """The compiled program `run_nuts` calls (`_nuts_program`) and what it is called with besides the chains'
     starts and the preconditioner: (program, the chains' keys, the data, the loop's first carry). One function
-    for `run_nuts` and `lower_nuts`, so that the program lowered ahead is the one run."""
+    for `run_nuts` and `lower_nuts`, so that the program lowered ahead is the one run (`seed` None: the keys'
+    shape only, for lowering)."""
     data, static = split_kwargs(model_kwargs)
     # the potential's data in its float type, cast here in NumPy: cast in the program, they cost it a kernel each
     if config.potential_dtype is not None:
         data = _cast(jax.tree.map(np.asarray, data), np.dtype(config.potential_dtype))
-    # in NumPy: a JAX array on one device would be split across the chains' devices by a program of its own
-    keys = np.asarray(_chain_keys(jax.random.PRNGKey(seed), int(chains)))
+    # in NumPy: a JAX array on one device would be split across the chains' devices by a program of its own;
+    # without a seed, zeros of their shape (what lowering needs: `_chain_keys` is then neither compiled nor run)
+    if seed is None:
+        like = jax.eval_shape(lambda: _chain_keys(jax.random.PRNGKey(0), int(chains)))
+        keys = np.zeros(like.shape, like.dtype)
+    else:
+        keys = chain_keys(seed, chains)
     if chain_method not in CHAIN_METHODS:
         raise ModelError(f"chain_method must be one of {CHAIN_METHODS}, got {chain_method!r}")
     parallel = chain_method == "parallel" and chains > 1
@@ -542,7 +555,7 @@ def lower_nuts(model_fn: Callable, model_kwargs: dict[str, Any], like: dict[str,
     d = preconditioner.dim
     first = ChainStart(np.zeros((chains, d)), np.zeros(chains), np.zeros((chains, d)))
     run, keys, data, loop = _program_and_arguments(model_fn, model_kwargs, first, preconditioner, config, chains,
-                                                   chain_method, 0)
+                                                   chain_method, None)
     return run.lower(keys, first, preconditioner, _target(target_accept), data, loop, 0, 0)
 
 
