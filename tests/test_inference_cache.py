@@ -257,20 +257,17 @@ def _sine(x):
     return jnp.sin(x)
 
 
-def test_a_programs_compiler_options_hold_ahead_and_on_a_first_call(monkeypatch):
-    """A program declared with an optimization level (`compiled.program`'s ``optimization_level``: the mode
-    search's, at 1) compiles every executable with it, whether compiled ahead (``lower(...).compile()``) or by a
-    first call with new shapes, and each executable once: the call must not fall back to a jitted function that
-    XLA would compile again at its default level."""
+def _sine_program(monkeypatch, on_compile):
+    """`_sine` as a `compiled.program` at optimization level 1, every XLA compilation (``Lowered.compile``) first
+    calling `on_compile` with its compiler options."""
     import jax
 
     from scalinfer.inference import compiled
 
-    seen = []
     original = jax.stages.Lowered.compile
 
     def compile_(self, compiler_options=None, **kw):
-        seen.append(compiler_options)
+        on_compile(compiler_options)
         return original(self, compiler_options=compiler_options, **kw)
 
     monkeypatch.setattr(jax.stages.Lowered, "compile", compile_)
@@ -279,7 +276,16 @@ def test_a_programs_compiler_options_hold_ahead_and_on_a_first_call(monkeypatch)
     def build(model_fn, static):
         return jax.jit(model_fn)
 
-    fn = build(_sine, ())
+    return build(_sine, ())
+
+
+def test_a_programs_compiler_options_hold_ahead_and_on_a_first_call(monkeypatch):
+    """A program declared with an optimization level (`compiled.program`'s ``optimization_level``: the mode
+    search's, at 1) compiles every executable with it, whether compiled ahead (``lower(...).compile()``) or by a
+    first call with new shapes, and each executable once: the call must not fall back to a jitted function that
+    XLA would compile again at its default level."""
+    seen = []
+    fn = _sine_program(monkeypatch, seen.append)
     level1 = {"xla_backend_optimization_level": 1}
     x = np.linspace(0.0, 1.0, 5)
     np.testing.assert_allclose(fn(x), np.sin(x), rtol=1e-12)  # a first call: compiled here, with the options
@@ -299,26 +305,14 @@ def test_a_call_waits_for_its_program_compiling_in_another_thread(monkeypatch):
     is certain to come during it."""
     import threading
 
-    import jax
-
-    from scalinfer.inference import compiled
-
     started, release, seen = threading.Event(), threading.Event(), []
-    original = jax.stages.Lowered.compile
 
-    def compile_(self, compiler_options=None, **kw):
+    def held_open(options):
         seen.append(threading.current_thread().name)
         started.set()
         release.wait(30)
-        return original(self, compiler_options=compiler_options, **kw)
 
-    monkeypatch.setattr(jax.stages.Lowered, "compile", compile_)
-
-    @compiled.program(optimization_level=1)
-    def build(model_fn, static):
-        return jax.jit(model_fn)
-
-    fn = build(_sine, ())
+    fn = _sine_program(monkeypatch, held_open)
     x = np.linspace(0.0, 1.0, 9)
     worker = threading.Thread(target=fn.lower(x).compile, name="ahead")
     worker.start()
