@@ -59,6 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+from jax.scipy.special import gammaln
 
 from scalinfer.models.surface.design import LEFT_OUT, fill_left_out
 from scalinfer.models.surface.loss import laws, surface_terms
@@ -103,8 +104,7 @@ class StudentT(dist.StudentT):
             - \log\Gamma(\nu / 2) + \log\Gamma\big((\nu + 1) / 2\big), \qquad y = (x - \mu) / \sigma.
 
     NumPyro's squares y as ``y ** 2.0``, a power of a float exponent: a log and an exp per run, and a second
-    power in the gradient. Here y is squared by a product; the terms of nu are computed at nu's own shape, and
-    its log-gammas by `log_gamma_ratio`."""
+    power in the gradient. Here y is squared by a product; the terms of nu are computed at nu's own shape."""
 
     def __init__(self, df, loc, scale):
         super().__init__(df, loc, scale, validate_args=False)
@@ -112,45 +112,8 @@ class StudentT(dist.StudentT):
     def log_prob(self, value):
         df = self.df
         y = (value - self.loc) / self.scale
-        norm = 0.5 * jnp.log(df * math.pi) + log_gamma_ratio(0.5 * df)
+        norm = 0.5 * jnp.log(df * math.pi) + gammaln(0.5 * df) - gammaln(0.5 * (df + 1.0))
         return -0.5 * (df + 1.0) * jnp.log1p(y * y / df) - jnp.log(self.scale) - norm
-
-
-#: Stirling's series of log Gamma(z): the coefficients B_2k / (2k (2k - 1)) of z^-(2k-1), k = 1..6
-_STIRLING = (1 / 12, -1 / 360, 1 / 1260, -1 / 1680, 1 / 1188, -691 / 360360)
-#: `log_gamma_ratio`'s shift: Stirling's series is evaluated at z >= this
-_STIRLING_SHIFT = 8
-
-
-def log_gamma_ratio(a):
-    r"""log Gamma(a) - log Gamma(a + 1/2) for a > 0 (the Student t's normalizer, a = nu / 2), by the recurrence
-    log Gamma(x) = log Gamma(x + 8) - sum_{i<8} log(x + i) and Stirling's series at z = a + 8 and z + 1/2:
-
-    .. math::
-
-        \log\frac{\Gamma(a)}{\Gamma(a + \frac12)} = \sum_{i=0}^{7} \log\Big(1 + \frac{1}{2 (a + i)}\Big)
-            - \tfrac12 \log z - z \log\Big(1 + \frac{1}{2z}\Big) + \tfrac12 + S(z) - S(z + \tfrac12),
-        \qquad S(z) = \sum_{k=1}^{6} \frac{B_{2k}}{2k (2k - 1) z^{2k - 1}},
-
-    the terms of the two log-gammas that cancel taken out, so that the difference keeps its precision in float32
-    too. Truncating S errs by less than its next term, 3617 / (122400 z^13) < 1.4e-13 at z >= 8.
-    `jax.scipy.special.gammaln` is as accurate, but XLA:CPU compiles its Lanczos sum and its derivative
-    (digamma's series) into ~20 kernels of their own, each compiled alone, where these logs and powers fuse into
-    a few: the models' programs compile faster (benchmarks/README.md, "fit_speed.py")."""
-
-    def stirling(z):
-        r = 1.0 / z
-        r2 = r * r
-        series = _STIRLING[-1]
-        for c in _STIRLING[-2::-1]:
-            series = c + r2 * series
-        return r * series
-
-    z = a + _STIRLING_SHIFT
-    shifted = -0.5 * jnp.log(z) - z * jnp.log1p(0.5 / z) + 0.5 + stirling(z) - stirling(z + 0.5)
-    # the recurrence's terms as one vector (a sum of eight scalars' logs compiles into a kernel for each)
-    steps = jnp.asarray(a)[..., None] + jnp.arange(_STIRLING_SHIFT, dtype=jnp.result_type(a, float))
-    return shifted + jnp.sum(jnp.log1p(0.5 / steps), axis=-1)
 
 
 class Exceeds(dist.Distribution):
