@@ -482,7 +482,7 @@ def lower_constrain(model_fn: Callable, z: dict[str, Any], kwargs: dict[str, Any
 
 #: rows of the draws' programs (`constrain`, `log_densities`): draws run through them in chunks of this many,
 #: the last padded, so that one program per model and data shapes serves the mode (one row), a Laplace
-#: approximation's draws and NUTS's, before and after NUTS draws more (a multiple of 8, a vector's float32 lanes)
+#: approximation's draws and NUTS's, before and after NUTS draws more (a multiple of 16: whole float32 vectors)
 DRAW_ROWS = 400
 
 

@@ -295,8 +295,10 @@ def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_sett
     before the mode is known: their shapes are (those of the mode search's start, `lower_start`). Returns the
     futures of the mode search's compilations (its potential and its start) and of NUTS's. The program of
     constrained values, the mode's (`PointFit.params`) and the draws' (`scalinfer.inference.compiled.constrain`),
-    compiles beside them; a failure there is not awaited: the values' own call compiles it again and says what
-    failed.
+    compiles once the mode search's has (needed only after the mode search, it would take cores from the
+    compilation the search waits for); a failure there is not awaited: the values' own call compiles it again and
+    says what failed. The chains' first keys (`scalinfer.inference.nuts.chain_keys`) are computed in a thread too:
+    NUTS's lowering needs only their shape.
 
     The models are traced here, one program after the other: NumPyro's effect handlers live on one
     process-wide stack, so two threads must not trace at once. XLA compiles with the GIL released, so the mode
@@ -312,11 +314,16 @@ def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_sett
         first = lower_start(m.model, kwargs, start, seed)
         like = {k: np.zeros(v.shape, v.dtype) for k, v in first.lowered.out_info.items()}
         mode = [pool.submit(Objective(m.model, kwargs, like).lower().compile), pool.submit(first.compile)]
-        if nuts_settings:  # the chains' keys' program compiles (and runs) beside NUTS's tracing, which needs none
+        if nuts_settings:  # compiled and run beside NUTS's tracing
             pool.submit(chain_keys, seed, nuts_settings["chains"])
         nuts = pool.submit(lower_nuts(m.model, kwargs, like, **nuts_settings).compile) if nuts_settings else None
         constrained = lower_constrain(m.model, {k: v[None] for k, v in like.items()}, kwargs)
-        pool.submit(lambda: (futures_wait(mode[:1]), constrained.compile()))  # once the mode search's has the cores
+
+        def after_the_mode_search():
+            futures_wait(mode[:1])
+            constrained.compile()
+
+        pool.submit(after_the_mode_search)
         return mode, nuts
     finally:
         pool.shutdown(wait=False)  # the threads end with the compilations
