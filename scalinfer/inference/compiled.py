@@ -446,10 +446,11 @@ def model_sites(model_fn: Callable, kwargs: dict[str, Any]) -> dict[str, dict[st
     return out
 
 
-@program(optimization_level=0)
+@program
 def _constrain_program(model_fn, static):
-    """Compiled at XLA's backend optimization level 0: a fit runs it on a few chunks of draws, each a
-    millisecond or so at any level, where level 0 compiles faster (benchmarks/README.md, "fit_speed.py")."""
+    """At XLA's default optimization level, though a fit runs it on only a few chunks of draws: the mode's
+    constrained values set NUTS's coordinates (`Model.nuts_kwargs`), so a level that rounds them otherwise moves
+    every draw (benchmarks/README.md, "fit_speed.py")."""
     import jax
     from numpyro.infer.util import constrain_fn
 
