@@ -342,8 +342,9 @@ def test_tracing_the_size_scatter_model_compiles_little_on_its_own():
 def test_pinned_optima_are_the_same_prior(sim):
     """The pinned optima (`numpyro_model.pinned_offset`) are a change of variables, exact for any pin: at the same
     parameters and offsets eps, the joint log density with pins (xhat, D) differs from the one without (w = eps) by
-    the log Jacobian, -1/2 sum_s log(1 + D_s tau^2), for LR and batch. Random pins and parameters (seed 0); float64,
-    so 1e-9 is rounding."""
+    the log Jacobian, -1/2 sum_s log(1 + D_s tau^2), for LR and batch; the loss levels' pins (``pin_ell``, against
+    ell sampled centered) by sum_s log tau_loss - 1/2 log(1 + D_s tau_loss^2). Random pins and parameters (seed 0);
+    float64, so 1e-9 is rounding."""
     import jax
     from numpyro import handlers
     from numpyro.infer.util import log_density
@@ -356,13 +357,17 @@ def test_pinned_optima_are_the_same_prior(sim):
     kw0 = m.model_kwargs(data, constants)
     rng = np.random.default_rng(0)
     S = len(data["n_s"])
-    kw1 = {**kw0, **{f"pin_{v}": np.stack([rng.normal(0, 1, S), np.exp(rng.normal(3, 1, S))]) for v in ("lr", "b")}}
+    kw1 = {**kw0, **{f"pin_{v}": np.stack([rng.normal(0, 1, S), np.exp(rng.normal(3, 1, S))])
+                     for v in ("lr", "b", "ell")}}
     trace = handlers.trace(handlers.seed(m.model, jax.random.PRNGKey(0))).get_trace(**kw1)
     sampled = {k: s["value"] for k, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
-    at_eps = {**sampled, "w_lr": trace["eps_lr"]["value"], "w_b": trace["eps_b"]["value"]}
+    at_eps = {**{k: v for k, v in sampled.items() if k != "w_ell"}, "w_lr": trace["eps_lr"]["value"],
+              "w_b": trace["eps_b"]["value"], "ell": trace["ell"]["value"]}
     lp1, _ = log_density(m.model, (), kw1, sampled)
     lp0, _ = log_density(m.model, (), kw0, at_eps)
     jac = sum(-0.5 * np.sum(np.log1p(kw1[f"pin_{v}"][1] * float(sampled[f"tau_{v}"]) ** 2)) for v in ("lr", "b"))
+    tau_loss = float(sampled["tau_loss"])
+    jac += np.sum(np.log(tau_loss) - 0.5 * np.log1p(kw1["pin_ell"][1] * tau_loss ** 2))
     assert abs(float(lp1) - float(lp0) - jac) < 1e-9 * max(1.0, abs(float(lp0)))
     assert np.all(np.abs(np.asarray(sampled["w_lr"]) - np.asarray(trace["eps_lr"]["value"])) > 0)  # pins in effect
 

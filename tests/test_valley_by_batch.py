@@ -104,7 +104,10 @@ def test_recovers_a_coupled_valley(surface_sim_table, tmp_path):
                         variant=Variant(lr_width_per_log_batch=0.3, lr_asymmetry_per_log_batch=-0.2))
     runs = validate(df.drop(columns=["true_lr_opt", "true_batch_opt", "true_loss_opt"]), source="coupled",
                     kind="runs")
-    f = scalinfer.fit(runs, model="surface", lr_valley_by_batch=True, chains=2, warmup=300, samples=300, seed=11)
+    # up to 1,200 draws where 300 have not converged (fit's rule): at 300 alone the R-hat check below passed or
+    # failed with the float32 rounding of the potential (1.072 once, after a change that moved every draw)
+    f = scalinfer.fit(runs, model="surface", lr_valley_by_batch=True, chains=2, warmup=300, samples=300,
+                      max_samples=1200, seed=11)
     path = f.save(tmp_path / "coupled.nc")
     f = scalinfer.load_fit(path)
     s = f.summary()

@@ -215,14 +215,15 @@ class Surface(Model):
     def model_kwargs(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
         # the sizes' scaled log N as a tuple: static, so the law's QR is computed once when the program is built;
         # the optima's pins 0 (w = eps, non-centered: the mode search's coordinates), as arrays, so that NUTS's
-        # program, compiled before the mode is known, takes `nuts_kwargs`'s pins
+        # program, compiled before the mode is known, takes `nuts_kwargs`'s pins; the loss levels' none (centered;
+        # pinned after a mode with tau_loss held, whose NUTS program then compiles once the mode is known)
         S = len(data["n_s"])
         return {**data, "h_N": constants["h_N"], "h_D": constants["h_D"],
                 "size_scatter": bool(constants["size_scatter"]), "design": design_of(constants),
                 "prior": prior_of(constants),
                 "lr_valley_by_batch": bool(constants.get("lr_valley_by_batch", 0.0)),
                 "n_size": tuple(float(v) for v in data["n_size"]),
-                "pin_lr": np.zeros((2, S)), "pin_b": np.zeros((2, S))}
+                "pin_lr": np.zeros((2, S)), "pin_b": np.zeros((2, S)), "pin_ell": None}
 
     def nuts_kwargs(self, kwargs: dict[str, Any], point) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """Pin each setting's optimum where the mode found with `kwargs` (pins 0) puts it
@@ -232,11 +233,18 @@ class Surface(Model):
         mode of non-centered offsets favours a large tau), which makes D tau^2 there large: D is what the runs say
         about x*_s whatever tau. Returns (kwargs with the pins, the mode's values in the new coordinates).
 
-        None (no pins: NUTS samples eps itself) where `point` is the mode given held sites (`mode_held`): sigma0
-        held at its start value makes every run's likelihood, and so D, as sharp as that start says, not as the
-        posterior's sigma0: on (Mis)Fitting's table (a held mode) such pins made tau_lr mix worse than no pins
-        (benchmarks/README.md, "defaults.py", the settings' optima pinned)."""
-        if point.held:
+        Where `point` is the mode given held sites (`mode_held`), the optima keep pins 0 (NUTS samples eps itself):
+        sigma0 held at its start value makes every run's likelihood, and so D, as sharp as that start says, not as
+        the posterior's sigma0: on (Mis)Fitting's table (held sigma0) such pins made tau_lr mix worse than no pins
+        (benchmarks/README.md, "defaults.py", the settings' optima pinned), and so did pins of the loss levels (220
+        leapfrog steps per draw against 121); there it returns None. Where the search held tau_loss too, its walk
+        down tau_loss says that ell, sampled centered, has a funnel within NUTS's reach: one chain in some seeds
+        entered it and stayed, most of its draws divergent. There the settings' loss levels are pinned (`pin_ell`:
+        xhat_s the mode's ell_s, D_s = H_ss - 1/tau_loss^2 from the curvature in ell_s itself) and the optima are
+        not (benchmarks/README.md, "the loss levels pinned on thin tables"). Where the mode is not held, the runs
+        pin every ell_s far tighter than tau_loss, and ell stays centered (pinned, the quickstart's fits diverged
+        more often)."""
+        if point.held and "tau_loss" not in point.held:
             return None
         from scalinfer.laws.batch import log_batch_opt_law
         from scalinfer.laws.lr import log_lr_opt_law
@@ -250,7 +258,7 @@ class Surface(Model):
         kwargs, start = dict(kwargs), {k: np.asarray(c[k], float) for k in point.z}
         for v, k, law, coef in (("lr", "x_star", log_lr_opt_law, ("a0", "a_N", "a_D")),
                                 ("b", "z_star", log_batch_opt_law, ("b0", "b_N", "b_D"))):
-            if f"w_{v}" not in point.z:  # a valley the design leaves out
+            if f"w_{v}" not in point.z or point.held:  # a valley the design leaves out, or a held mode
                 continue
             tau, eps = float(c[f"tau_{v}"]), np.asarray(c[f"eps_{v}"], float)
             center = law(n_s, d_s, *(float(c[q]) for q in coef))
@@ -264,6 +272,19 @@ class Surface(Model):
             # the mode's w in the pinned coordinates (`pinned_offset`, inverted)
             r = D * tau ** 2
             start[f"w_{v}"] = (eps - r / (1 + r) * (pin[0] - center) / tau) * np.sqrt(1 + r)
+        if not point.held:
+            return kwargs, start
+        # the settings' loss levels, pinned at the mode's: ell_s itself is the site searched, D_s = H_ss - 1/tau^2
+        tau, ell = float(c["tau_loss"]), np.asarray(c["ell"], float)
+        center = float(c["g0"]) + float(c["g_N"]) * n_s + float(c["g_D"]) * d_s
+        if size_s is not None:
+            center = center + size_offsets(c, n_s, size_s, keys=("ell",))["ell"]
+        D = np.maximum(np.asarray(curvature["ell"], float) - 1.0 / tau ** 2, 0.0)
+        D = np.where(np.isfinite(D), D, 0.0)
+        kwargs["pin_ell"] = np.stack([ell, D])
+        r = D * tau ** 2
+        start.pop("ell")
+        start["w_ell"] = (ell - center) / tau / np.sqrt(1 + r)
         return kwargs, start
 
     def init_values(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
@@ -349,6 +370,8 @@ class Surface(Model):
                 return f"{site} (the law of {what}: its intercept and N exponent, priors {fields})"
             if site in (f"{v}_size_resid", f"{v}_size_u"):
                 return f"{site} (the model sizes' scatter about the law of {what}, tau_{v}_size: prior {v}_size)"
+        if site == "w_ell":
+            return f"{site} (the settings' loss levels' scatter about the loss law, tau_loss: prior tau_loss_sd)"
         if site in PINNED or site in SETTING[:2]:  # eps_<v>: the sampled site of fits written before the pins
             v = site.split("_", 1)[1]
             return f"{site} (the settings' scatter of the optimum about its law, tau_{v}: prior tau_optimum_sd)"

@@ -232,7 +232,8 @@ def pinned_offset(name: str, center, tau, pin):
     """Sample site `name`, the settings' pinned optima w (this module's docstring, "Settings' optima, pinned"),
     and return their offsets eps = (x* - center) / tau, shape (S,). `center`: each setting's law (and size level)
     c_s; `tau`: the settings' scatter; `pin`: (2, S), the pins' locations xhat_s and precisions D_s (D = 0: w is
-    the non-centered eps). Call it inside the settings' plate."""
+    the non-centered eps). Call it inside the settings' plate. The settings' loss levels ell_s (about the loss law,
+    scatter tau_loss) go through it too where `surface_model` is given ``pin_ell``."""
     xhat, D = pin[0], pin[1]
     r = D * tau * tau
     q = jnp.sqrt(1.0 + r)
@@ -287,7 +288,7 @@ def _size_levels(p: dict[str, Any], n_size, h_N: float, ft, left_out: str | None
 def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, s_cens=None, x_cens=None,
                   z_cens=None, log_level=None, diverged_obs=None, h_N=1.0, h_D=1.0, size_scatter=False,
                   design="full", prior="default", obs_mask=None, cens_mask=None, lr_valley_by_batch=False,
-                  pin_lr=None, pin_b=None):
+                  pin_lr=None, pin_b=None, pin_ell=None):
     """The NumPyro model of the surface (`scalinfer.models.surface.model`'s math, this module's likelihood).
     `design`: a reduced design (``fixed_batch``, ``fixed_lr``) samples no site of the valley its table does not vary
     (`scalinfer.models.surface.design`). `prior`: ``"default"`` (`PRIORS`), ``"population"``
@@ -298,7 +299,9 @@ def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, 
     LR valley's log curvature and asymmetry move with the batch (sites ``c_lr_B``, ``delta_lr_B``;
     `scalinfer.models.surface.loss`), in the full design only. `pin_lr`, `pin_b`: (2, S) arrays, the pins of the
     settings' optima of LR and batch (`pinned_offset`); None: no pin (D = 0), the sites ``w_lr``, ``w_b`` are then
-    the non-centered offsets ``eps_lr``, ``eps_b`` (deterministic sites beside them either way)."""
+    the non-centered offsets ``eps_lr``, ``eps_b`` (deterministic sites beside them either way). `pin_ell`: (2, S),
+    the pins of the settings' loss levels, sampled as ``w_ell`` (``ell`` then deterministic); None (default): ``ell``
+    sampled centered."""
     pr = prior if isinstance(prior, Priors) else PRIOR_SETS[prior]
     p: dict[str, Any] = {}
     left_out, left_out_setting, left_out_law = LEFT_OUT[design]
@@ -350,13 +353,19 @@ def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, 
     size_s = size_s if size_scatter else None
     law, offset = laws(p, n_s, d_s), size_offsets(p, n_s, size_s)
     with numpyro.plate("setting", n_s.shape[0]):
-        # the optima through their pins; the loss level centered (a setting's runs pin it far tighter than tau_L)
+        # the optima through their pins; the loss level centered (a setting's runs pin it far tighter than tau_L),
+        # or through a pin of its own (`pin_ell`: on thin tables, `Surface.nuts_kwargs`)
         for v, k, pin in (("lr", "x_star", pin_lr), ("b", "z_star", pin_b)):
             if f"eps_{v}" not in left_out_setting:
                 pin = np.zeros((2, n_s.shape[0]), ft) if pin is None else pin
                 p[f"eps_{v}"] = numpyro.deterministic(
                     f"eps_{v}", pinned_offset(f"w_{v}", law[k] + offset[k], p[f"tau_{v}"], pin))
-        p["ell"] = numpyro.sample("ell", Normal(law["ell"] + offset["ell"], tau_loss))
+        center = law["ell"] + offset["ell"]
+        if pin_ell is None:
+            p["ell"] = numpyro.sample("ell", Normal(center, tau_loss))
+        else:
+            p["ell"] = numpyro.deterministic("ell", center + tau_loss * pinned_offset("w_ell", center, tau_loss,
+                                                                                     pin_ell))
     censored = x_cens is not None and x_cens.shape[0] > 0
     if censored:  # the surface at both kinds of run in one pass: one copy of its code in a compiled program, not two
         n_obs = x_obs.shape[0]

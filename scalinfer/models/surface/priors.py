@@ -140,8 +140,9 @@ SCALARS = ("a0", "a_N", "a_D", "b0", "b_N", "b_D", "kappa1", "kappa2", "g0", "g_
 VALLEY_BY_BATCH = ("c_lr_B", "delta_lr_B")
 #: per-setting parameters: offsets of the optimum (in units of tau), log loss there
 SETTING = ("eps_lr", "eps_b", "ell")
-#: the sampled sites of the optimum's offsets: each setting's optimum through its pin (`numpyro_model.pinned_offset`)
-PINNED = ("w_lr", "w_b")
+#: the sampled sites of the optimum's offsets: each setting's optimum through its pin (`numpyro_model.pinned_offset`);
+#: ``w_ell``, each setting's loss level through its pin, only in NUTS's coordinates of a mode with tau_loss held
+PINNED = ("w_lr", "w_b", "w_ell")
 #: per-model-size levels (one per distinct N) of log eta*, log B* and log L* at d = 0 (with size scatter only)
 SIZE = ("lr_size", "b_size", "loss_size")
 #: per-setting quantities a new setting draws around the laws: name -> its tau (``tau_<name>``)
