@@ -85,7 +85,7 @@ from scalinfer.models.surface import simulate as _simulate
 from scalinfer.models.surface.data import DIVERGENCE_RATIO, diverged_mask, prepare_runs, settings_of
 from scalinfer.models.surface.design import DESIGN_CODE, DESIGNS, LEFT_OUT, design_of, resolve_design, unvaried
 from scalinfer.models.surface.population import PRIOR_SETS
-from scalinfer.models.surface.priors import LAW_N, PINNED, PRIORS, SETTING, SIZE, VALLEY_BY_BATCH
+from scalinfer.models.surface.priors import LAW_N, PINNED, PINNED_LOSS, PRIORS, SETTING, SIZE, VALLEY_BY_BATCH
 from scalinfer.models.surface.size_scatter import size_basis
 from scalinfer.runs.schema import RunTable
 
@@ -157,7 +157,7 @@ class Surface(Model):
     #: "a thin table's second spike"); NUTS then starts from the mode given sigma0 at its `init_values` value, or
     #: given both where that search does not converge either
     mode_held = ("sigma0", "tau_loss")
-    dims = {**{k: ["setting"] for k in SETTING + PINNED}, **{k: ["size"] for k in SIZE},
+    dims = {**{k: ["setting"] for k in SETTING + PINNED + (PINNED_LOSS,)}, **{k: ["size"] for k in SIZE},
             **{f"{v}_size_line": ["law_dir"] for v in LAW_N}, **{f"{v}_size_resid": ["size_resid"] for v in LAW_N},
             **{f"{v}_law_std": ["law_coef"] for v in LAW_N}}
 
@@ -370,7 +370,7 @@ class Surface(Model):
                 return f"{site} (the law of {what}: its intercept and N exponent, priors {fields})"
             if site in (f"{v}_size_resid", f"{v}_size_u"):
                 return f"{site} (the model sizes' scatter about the law of {what}, tau_{v}_size: prior {v}_size)"
-        if site == "w_ell":
+        if site == PINNED_LOSS:
             return f"{site} (the settings' loss levels' scatter about the loss law, tau_loss: prior tau_loss_sd)"
         if site in PINNED or site in SETTING[:2]:  # eps_<v>: the sampled site of fits written before the pins
             v = site.split("_", 1)[1]

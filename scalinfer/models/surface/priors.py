@@ -43,15 +43,15 @@ parameter                              prior
 ``prior="population"``, is `scalinfer.models.surface.population.POPULATION`: the same with the exponents of
 eta* and B*, the valleys' shape (c_*0, delta_*, p_*), kappa1 and the sizes' scatter learned across published
 sweeps. `SCALARS`, `SETTING`, `SIZE` name the parameters (`PINNED` the sites the settings' optima are sampled
-as); `LAW_N` and `SIZE_PRIOR` hold the broad prior's.
+as, `PINNED_LOSS` the loss levels' where they are pinned); `LAW_N` and `SIZE_PRIOR` hold the broad prior's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["Priors", "PRIORS", "SCALARS", "VALLEY_BY_BATCH", "SETTING", "PINNED", "SIZE", "NEW_SETTING", "LAW_N",
-           "SIZE_PRIOR"]
+__all__ = ["Priors", "PRIORS", "SCALARS", "VALLEY_BY_BATCH", "SETTING", "PINNED", "PINNED_LOSS", "SIZE", "NEW_SETTING",
+           "LAW_N", "SIZE_PRIOR"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,9 +140,11 @@ SCALARS = ("a0", "a_N", "a_D", "b0", "b_N", "b_D", "kappa1", "kappa2", "g0", "g_
 VALLEY_BY_BATCH = ("c_lr_B", "delta_lr_B")
 #: per-setting parameters: offsets of the optimum (in units of tau), log loss there
 SETTING = ("eps_lr", "eps_b", "ell")
-#: the sampled sites of the optimum's offsets: each setting's optimum through its pin (`numpyro_model.pinned_offset`);
-#: ``w_ell``, each setting's loss level through its pin, only in NUTS's coordinates of a mode with tau_loss held
-PINNED = ("w_lr", "w_b", "w_ell")
+#: the sampled sites of the optimum's offsets: each setting's optimum through its pin (`numpyro_model.pinned_offset`)
+PINNED = ("w_lr", "w_b")
+#: the sampled site of each setting's loss level through its pin, only in NUTS's coordinates after a mode search that
+#: held tau_loss (`Surface.nuts_kwargs`; elsewhere ``ell`` itself is sampled)
+PINNED_LOSS = "w_ell"
 #: per-model-size levels (one per distinct N) of log eta*, log B* and log L* at d = 0 (with size scatter only)
 SIZE = ("lr_size", "b_size", "loss_size")
 #: per-setting quantities a new setting draws around the laws: name -> its tau (``tau_<name>``)
