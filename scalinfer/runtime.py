@@ -86,7 +86,9 @@ def configure(n_devices: int | None = None, x64: bool = True, cache: bool = True
     cache : turn on JAX's persistent compilation cache in `cache_dir`, keeping every program (`MIN_COMPILE_S`),
         and with it the store of traced programs (`scalinfer.inference.compiled.program_store`); not where a
         cache folder is configured already (the user's ``jax_compilation_cache_dir`` or
-        ``JAX_COMPILATION_CACHE_DIR``), nor with ``SCALINFER_NO_CACHE=1``.
+        ``JAX_COMPILATION_CACHE_DIR``), nor with ``SCALINFER_NO_CACHE=1``, nor in a multi-process job on CPU
+        (`multihost` on the CPU backend: under jax 0.12.1 its processes deadlock in a collective when they run an
+        executable read back from the cache; each launch compiles).
         A folder that cannot be created turns it off with a note on stderr.
     multihost : join the multi-process job (``jax.distributed.initialize``), once per process, before JAX
         starts its backend. On CPU the processes' collectives are gloo's (over TCP), JAX's default, unless the
@@ -114,7 +116,11 @@ def configure(n_devices: int | None = None, x64: bool = True, cache: bool = True
         _join_cluster(coordinator_address, num_processes, process_id)
     if x64:
         jax.config.update("jax_enable_x64", True)  # N ~ 1e12 to fractional powers is unsafe in float32
-    if cache and not jax.config.jax_compilation_cache_dir and os.environ.get("SCALINFER_NO_CACHE") != "1":
+    # a multi-process job on CPU compiles in every launch: under jax 0.12.1 its processes deadlock in their first
+    # collective (gloo's) when they run an executable read back from the persistent cache (tests/test_multiprocess.py)
+    cpu_job = multihost and jax.default_backend() == "cpu"
+    if (cache and not cpu_job and not jax.config.jax_compilation_cache_dir
+            and os.environ.get("SCALINFER_NO_CACHE") != "1"):
         try:
             d = cache_dir()
             d.mkdir(parents=True, exist_ok=True)
