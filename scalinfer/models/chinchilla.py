@@ -44,6 +44,7 @@ import pandas as pd
 
 from scalinfer.laws import compute_optimal, log_loss_chinchilla
 from scalinfer.models.base import Arrays, Model
+from scalinfer.models.distributions import Gamma, StudentT
 from scalinfer.runs.schema import RunTable
 from scalinfer.runtime import float64
 
@@ -85,10 +86,10 @@ class Chinchilla(Model):
         alpha = numpyro.sample("alpha", dist.LogNormal(jnp.log(0.35), 0.75))
         beta = numpyro.sample("beta", dist.LogNormal(jnp.log(0.35), 0.75))
         sigma = numpyro.sample("sigma", dist.HalfNormal(0.05))
-        nu = numpyro.sample("nu", dist.Gamma(2.0, 0.1))
+        nu = numpyro.sample("nu", Gamma(2.0, 0.1))
         mu = log_loss_chinchilla(x_N, x_D, a_c, b_c, e, alpha, beta)
         with numpyro.plate("run", x_N.shape[0]):
-            numpyro.sample("obs", dist.StudentT(nu, mu, sigma), obs=log_loss)
+            numpyro.sample("obs", StudentT(nu, mu, sigma), obs=log_loss)
 
     def model_kwargs(self, data: Arrays, constants: dict[str, float]) -> dict[str, Any]:
         return {**data, "min_loss": constants["min_loss"]}

@@ -59,15 +59,15 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from jax.scipy.special import gammaln
 
+from scalinfer.models.distributions import Beta, Gamma, StudentT
 from scalinfer.models.surface.design import LEFT_OUT, fill_left_out
 from scalinfer.models.surface.loss import laws, surface_terms
 from scalinfer.models.surface.population import PRIOR_SETS
 from scalinfer.models.surface.priors import LAW_N, PRIORS, Priors
 from scalinfer.models.surface.size_scatter import size_basis, size_offsets
 
-__all__ = ["surface_model", "Beta", "StudentT", "Exceeds", "SmallNormal", "IsotropicStudentT", "size_line_scale",
+__all__ = ["surface_model", "Exceeds", "SmallNormal", "IsotropicStudentT", "size_line_scale",
            "law_given_levels", "pinned_offset"]
 
 _LOG_2PI = math.log(2 * math.pi)
@@ -75,45 +75,9 @@ _LOG_2PI = math.log(2 * math.pi)
 #: NumPyro's distributions as this model builds them: unvalidated. Validation adds a support check to every log
 #: density (a select per element) and checks constant arguments at trace time, one JAX operation at a time,
 #: each compiled on its own; the model builds every argument valid and its parameters reach their supports
-#: through NumPyro's transforms, so neither can fail here (the data are checked where they are read).
-Normal, HalfNormal, Gamma = (functools.partial(d, validate_args=False)
-                             for d in (dist.Normal, dist.HalfNormal, dist.Gamma))
-
-
-class Beta(dist.Beta):
-    """NumPyro's Beta of constant concentrations (Python floats), unvalidated, with its log density written out:
-    (a - 1) log x + (b - 1) log(1 - x) - log B(a, b). NumPyro's goes through a Dirichlet and corrects its value
-    at the interval's ends: 138 operations per site against 11 (157 against 18 in its gradient)."""
-
-    def __init__(self, concentration1: float, concentration0: float):
-        a, b = float(concentration1), float(concentration0)
-        self._log_norm = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
-        self._a, self._b = a, b
-        super().__init__(a, b, validate_args=False)
-
-    def log_prob(self, value):
-        return (self._a - 1.0) * jnp.log(value) + (self._b - 1.0) * jnp.log1p(-value) - self._log_norm
-
-
-class StudentT(dist.StudentT):
-    r"""NumPyro's Student t, unvalidated, with its log density written out:
-
-    .. math::
-
-        \log p(x) = -\tfrac{\nu + 1}{2} \log\big(1 + y^2 / \nu\big) - \log \sigma - \tfrac12 \log(\nu \pi)
-            - \log\Gamma(\nu / 2) + \log\Gamma\big((\nu + 1) / 2\big), \qquad y = (x - \mu) / \sigma.
-
-    NumPyro's squares y as ``y ** 2.0``, a power of a float exponent: a log and an exp per run, and a second
-    power in the gradient. Here y is squared by a product; the terms of nu are computed at nu's own shape."""
-
-    def __init__(self, df, loc, scale):
-        super().__init__(df, loc, scale, validate_args=False)
-
-    def log_prob(self, value):
-        df = self.df
-        y = (value - self.loc) / self.scale
-        norm = 0.5 * jnp.log(df * math.pi) + gammaln(0.5 * df) - gammaln(0.5 * (df + 1.0))
-        return -0.5 * (df + 1.0) * jnp.log1p(y * y / df) - jnp.log(self.scale) - norm
+#: through NumPyro's transforms, so neither can fail here (the data are checked where they are read). `Beta`,
+#: `Gamma` and `StudentT` have their log densities written out as well (`scalinfer.models.distributions`).
+Normal, HalfNormal = (functools.partial(d, validate_args=False) for d in (dist.Normal, dist.HalfNormal))
 
 
 class Exceeds(dist.Distribution):

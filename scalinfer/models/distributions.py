@@ -1,0 +1,112 @@
+r"""NumPyro's distributions as scalinfer's models use them: unvalidated, with their log densities written out.
+
+NumPyro validates arguments at trace time, one JAX operation at a time, each compiled on its own; the models
+build every argument valid and the data are checked where they are read, so these skip it. Their log densities
+are NumPyro's, written out so that a model's program stays small:
+
+- `Beta` and `Gamma` of constant parameters (Python floats) take their normalizers by `math.lgamma` when the
+  model is traced, `StudentT` the one term of nu that needs a log-gamma by `log_gamma_half_step`, which is
+  elementary operations only. None of them puts ``lgamma`` or ``digamma`` into a program. JAX lowers those two
+  in a program it exports (``jax.export``, which `scalinfer.inference.compiled` stores so that the next process
+  does not trace again) to a long software implementation kept for forward compatibility, where a jitted program
+  calls a compiled kernel; compiling that implementation made a fit's first programs slower to compile
+  (benchmarks/README.md, "fit_speed.py").
+- `Beta`'s density is direct, where NumPyro's goes through a Dirichlet; `StudentT` squares its standardized value
+  by a product, where NumPyro's raises it to a float power (a log and an exp per run).
+
+``tests/test_distributions.py`` checks each against NumPyro's log density and gradient.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpyro.distributions as dist
+
+__all__ = ["Beta", "Gamma", "StudentT", "log_gamma_half_step"]
+
+#: the shift of `log_gamma_half_step`: Stirling's series is evaluated at x + SHIFT >= SHIFT
+SHIFT = 10
+#: Stirling's series of log Gamma(z) beyond its leading terms, B_2k / (2k (2k - 1) z^(2k - 1)) for k = 1..7
+#: (B_2k the Bernoulli numbers): at z >= SHIFT its next term is below 1e-17
+_STIRLING = (1 / 12, -1 / 360, 1 / 1260, -1 / 1680, 1 / 1188, -691 / 360360, 1 / 156)
+
+
+def _stirling_tail(z):
+    """sum_k B_2k / (2k (2k - 1) z^(2k - 1)), by Horner's rule in 1/z^2."""
+    w = 1.0 / (z * z)
+    acc = _STIRLING[-1]
+    for c in _STIRLING[-2::-1]:
+        acc = acc * w + c
+    return acc / z
+
+
+def log_gamma_half_step(x):
+    r"""log Gamma(x + 1/2) - log Gamma(x) for x > 0, elementwise, by elementary operations only.
+
+    With a = x + K (K = `SHIFT`), Gamma's recurrence moves both arguments to a and a + 1/2, where Stirling's series
+    log Gamma(z) = (z - 1/2) log z - z + log(2 pi)/2 + S(z) (S: `_STIRLING`) converges to float64's rounding:
+
+    .. math::
+
+        \log\frac{\Gamma(x + \frac12)}{\Gamma(x)} = a \log\Big(1 + \frac{1}{2a}\Big) + \frac12 \log a - \frac12
+            + S\big(a + \tfrac12\big) - S(a) - \sum_{j=0}^{K-1} \log\Big(1 + \frac{1}{2 (x + j)}\Big).
+
+    Branch-free, so its gradient (digamma's difference) is JAX's derivative of the same expression. Its error is
+    within a few float64 roundings of the value (`tests/test_distributions.py`)."""
+    a = x + SHIFT
+    main = a * jnp.log1p(0.5 / a) + 0.5 * jnp.log(a) - 0.5
+    shift = sum(jnp.log1p(0.5 / (x + j)) for j in range(SHIFT))
+    return main + _stirling_tail(a + 0.5) - _stirling_tail(a) - shift
+
+
+class Beta(dist.Beta):
+    """NumPyro's Beta of constant concentrations (Python floats), unvalidated, with its log density written out:
+    (a - 1) log x + (b - 1) log(1 - x) - log B(a, b). NumPyro's goes through a Dirichlet and corrects its value
+    at the interval's ends: 138 operations per site against 11 (157 against 18 in its gradient)."""
+
+    def __init__(self, concentration1: float, concentration0: float):
+        a, b = float(concentration1), float(concentration0)
+        self._log_norm = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+        self._a, self._b = a, b
+        super().__init__(a, b, validate_args=False)
+
+    def log_prob(self, value):
+        return (self._a - 1.0) * jnp.log(value) + (self._b - 1.0) * jnp.log1p(-value) - self._log_norm
+
+
+class Gamma(dist.Gamma):
+    """NumPyro's Gamma of a constant shape a and rate b (Python floats), unvalidated, with its log density written
+    out: (a - 1) log x - b x + a log b - log Gamma(a), the constant taken when the model is traced."""
+
+    def __init__(self, concentration: float, rate: float = 1.0):
+        a, b = float(concentration), float(rate)
+        self._a, self._b = a, b
+        self._log_norm = a * math.log(b) - math.lgamma(a)
+        super().__init__(a, b, validate_args=False)
+
+    def log_prob(self, value):
+        return (self._a - 1.0) * jnp.log(value) - self._b * value + self._log_norm
+
+
+class StudentT(dist.StudentT):
+    r"""NumPyro's Student t, unvalidated, with its log density written out:
+
+    .. math::
+
+        \log p(x) = -\tfrac{\nu + 1}{2} \log\big(1 + y^2 / \nu\big) - \log \sigma - \tfrac12 \log(\nu \pi)
+            + \log\Gamma\big((\nu + 1) / 2\big) - \log\Gamma(\nu / 2), \qquad y = (x - \mu) / \sigma,
+
+    the log-gamma difference by `log_gamma_half_step` (at nu / 2). NumPyro's squares y as ``y ** 2.0``, a power of
+    a float exponent: a log and an exp per run, and a second power in the gradient. Here y is squared by a product;
+    the terms of nu are computed at nu's own shape."""
+
+    def __init__(self, df, loc, scale):
+        super().__init__(df, loc, scale, validate_args=False)
+
+    def log_prob(self, value):
+        df = self.df
+        y = (value - self.loc) / self.scale
+        norm = 0.5 * jnp.log(df * math.pi) - log_gamma_half_step(0.5 * df)
+        return -0.5 * (df + 1.0) * jnp.log1p(y * y / df) - jnp.log(self.scale) - norm
