@@ -301,10 +301,11 @@ def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_sett
     NUTS's lowering needs only their shape.
 
     The models are traced here, one program after the other: NumPyro's effect handlers live on one
-    process-wide stack, so two threads must not trace at once. XLA compiles with the GIL released, so the mode
-    search's program, traced first, compiles while NUTS's is traced; NUTS's, the longest to compile, then compiles
-    while the mode is searched for. Traced NUTS's first, a cold fit's second core would have nothing to compile
-    while it is traced (benchmarks/README.md, "fit_speed.py")."""
+    process-wide stack, so two threads must not trace at once. XLA compiles with the GIL released, so NUTS's
+    program, the longest to compile and the last a NUTS fit waits for, is traced first (after the start's, whose
+    shapes it takes) and compiles while the mode search's is traced, compiled and run. A cold fit is bound by its
+    two cores' CPU seconds; traced the other way round, the mode is found sooner but NUTS's compilation, started
+    later, ends later (benchmarks/README.md, "fit_speed.py")."""
     from scalinfer.inference.compiled import lower_constrain
     from scalinfer.inference.nuts import chain_keys, lower_nuts
     from scalinfer.inference.optimize import Objective, lower_start
@@ -313,10 +314,11 @@ def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_sett
     try:
         first = lower_start(m.model, kwargs, start, seed)
         like = {k: np.zeros(v.shape, v.dtype) for k, v in first.lowered.out_info.items()}
-        mode = [pool.submit(Objective(m.model, kwargs, like).lower().compile), pool.submit(first.compile)]
+        start_compiled = pool.submit(first.compile)
         if nuts_settings:  # compiled and run beside NUTS's tracing
             pool.submit(chain_keys, seed, nuts_settings["chains"])
         nuts = pool.submit(lower_nuts(m.model, kwargs, like, **nuts_settings).compile) if nuts_settings else None
+        mode = [pool.submit(Objective(m.model, kwargs, like).lower().compile), start_compiled]
         constrained = lower_constrain(m.model, {k: v[None] for k, v in like.items()}, kwargs)
 
         def after_the_mode_search():
