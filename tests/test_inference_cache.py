@@ -130,6 +130,20 @@ def test_split_kwargs(value, dynamic):
     assert ("x" in dyn) == dynamic and (dict(static).get("x") is not None) == (not dynamic)
 
 
+def test_same_programs():
+    """`same_programs`: the same static part and dynamic parts of the same tree, shapes and dtypes. New values of
+    the same shapes (the surface model's pins of the optima) keep the programs; an argument that goes from None to
+    an array (its pinned loss levels), a new shape or a new static value does not."""
+    from scalinfer.inference.compiled import same_programs
+
+    base = {"x": np.zeros(3), "pin": None, "n": 2}
+    assert same_programs(base, {"x": np.ones(3), "pin": None, "n": 2})
+    assert not same_programs(base, {"x": np.zeros(3), "pin": np.zeros(3), "n": 2})
+    assert not same_programs(base, {"x": np.zeros(4), "pin": None, "n": 2})
+    assert not same_programs(base, {"x": np.zeros(3, np.float32), "pin": None, "n": 2})
+    assert not same_programs(base, {"x": np.zeros(3), "pin": None, "n": 3})
+
+
 def test_equal_models_share_their_programs():
     """Every fit with model options builds a new (frozen, equal) model object, and Python compares bound
     methods by the identity of their instance: programs are keyed on the instance's equality, or each such

@@ -211,6 +211,13 @@ def program_store() -> Path | None:
     return cache_root() / "programs" if jax.config.jax_compilation_cache_dir else None
 
 
+def same_programs(kwargs: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether a model's programs on keyword arguments `kwargs` are the ones on `other`: the same static part
+    (`split_kwargs`) and dynamic parts of the same tree, shapes and dtypes (their values may differ)."""
+    (dyn, static), (dyn_other, static_other) = split_kwargs(kwargs), split_kwargs(other)
+    return static == static_other and _shapes((dyn,)) == _shapes((dyn_other,))
+
+
 def _shapes(args: tuple) -> str:
     """The arguments' tree, shapes, dtypes and weak types: what JAX traces a jitted function again for (a NumPy
     array and a JAX array of the same shape and dtype are one program; so are two placements of an array)."""

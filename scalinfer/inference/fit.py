@@ -151,7 +151,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     if method == "bootstrap":
         raise ModelError(f"model {m.name!r} is Bayesian: use --method nuts, map or laplace")
 
-    from scalinfer.inference.compiled import model_sites, release_if_crowded
+    from scalinfer.inference.compiled import model_sites, release_if_crowded, same_programs
     from scalinfer.inference.optimize import find_map, laplace_draws, laplace_flat
 
     # ArviZ imported in a thread while the mode is searched for, much of which runs in XLA without the GIL; else,
@@ -198,6 +198,8 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     if pinned is not None:
         # NUTS's coordinates from the mode (`Model.nuts_kwargs`), and the mode again in them: its start and scales
         kwargs, values = pinned
+        if not same_programs(kwargs, own[0]):  # NUTS's program compiled ahead is not the one these coordinates run
+            nuts_compiled = _compile_nuts(m, kwargs, values, seed, nuts_settings)
         point = find_map(m.model, kwargs, values, seed=seed, hold=point.held)
     t_map = time.perf_counter() - t0
     if method == "map":
@@ -329,6 +331,22 @@ def _compile_ahead(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_sett
         return mode, nuts
     finally:
         pool.shutdown(wait=False)  # the threads end with the compilations
+
+
+def _compile_nuts(m: Model, kwargs: dict[str, Any], start, seed: int, nuts_settings: dict[str, Any]) -> Future:
+    """Compile, in a thread, NUTS's program for coordinates other than those `_compile_ahead` compiled it for (a
+    model's `Model.nuts_kwargs` that change its sites, as the surface model's pinned loss levels do), before the
+    mode is searched for again in them: its shapes are those of that search's start. Returns the compilation's
+    future."""
+    from scalinfer.inference.nuts import lower_nuts
+    from scalinfer.inference.optimize import unconstrained_like
+
+    like = {k: np.zeros(v.shape, v.dtype) for k, v in unconstrained_like(m.model, kwargs, start, seed).items()}
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scalinfer-compile")
+    try:
+        return pool.submit(lower_nuts(m.model, kwargs, like, **nuts_settings).compile)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _compile_draws(m: Model, kwargs: dict[str, Any], point, potential_dtype: str | None
