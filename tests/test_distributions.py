@@ -7,7 +7,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
-import pandas as pd
 import pytest
 from scipy import special
 
@@ -102,11 +101,22 @@ def _primitives(jaxpr):
                     yield from _primitives(inner)
 
 
-@pytest.mark.parametrize("name, options", [("surface", {"size_scatter": False}), ("surface", {"size_scatter": True}),
-                                           ("chinchilla", {})])
-def test_the_models_programs_hold_no_lgamma(name, options, surface_sim_table):
-    """The potential and its gradient, as a fit traces them, hold no ``lgamma`` or ``digamma`` (the module's
-    docstring says why): a model that took NumPyro's Gamma or Student t back would fail here."""
+def _numpyro_models():
+    from scalinfer.models import MODEL_NAMES, get_model
+
+    out = []
+    for name in MODEL_NAMES:
+        m = get_model(name)
+        if m.default_method != "bootstrap":  # a NumPyro model
+            out += [(name, {"size_scatter": ss}) for ss in (False, True)] if name == "surface" else [(name, {})]
+    return out
+
+
+@pytest.mark.parametrize("name, options", _numpyro_models())
+def test_the_models_programs_hold_no_lgamma(name, options):
+    """The potential and its gradient of every registered NumPyro model, as a fit traces them on the model's own
+    simulated table, hold no ``lgamma`` or ``digamma`` (the module's docstring says why): a model that took
+    NumPyro's Beta, Gamma or Student t back would fail here."""
     from numpyro import handlers
     from numpyro.infer.util import potential_energy
 
@@ -118,12 +128,7 @@ def test_the_models_programs_hold_no_lgamma(name, options, surface_sim_table):
     assert {"lgamma", "digamma"} <= set(_primitives(nu_grad.jaxpr))
 
     model = get_model(name).with_options(**options)
-    if name == "surface":
-        df = surface_sim_table[1].drop(columns=["true_lr_opt", "true_batch_opt", "true_loss_opt"])
-    else:  # a small Chinchilla grid on the law itself
-        n, d = np.geomspace(1e7, 1e9, 6).repeat(3), np.tile([2e9, 8e9, 3e10], 6)
-        df = pd.DataFrame({"N": n, "D": d, "loss": 1.7 + 400 / n ** 0.34 + 2e3 / d ** 0.28})
-    runs = scalinfer.runs.schema.validate(df, source="simulated", kind="runs")
+    runs = scalinfer.load_runs(model.simulate(model.true_params(), model.default_design(), seed=0))
     kw = model.model_kwargs(*model.prepare(runs))
     with jax.enable_x64(True):
         tr = handlers.trace(handlers.seed(model.model, 0)).get_trace(**kw)

@@ -68,6 +68,7 @@ from scalinfer.laws.batch import wsd_piecewise_coefficients
 from scalinfer.models.base import LossCurve
 from scalinfer.models.batch.common import (BatchTableModel, CensoredNormal, sample_power_law, sample_unit_scatter,
                                            target_key, unit_effect)
+from scalinfer.models.distributions import Beta
 from scalinfer.runtime import float64
 
 __all__ = ["BatchWSD", "WSD", "steps_wsd_piecewise", "wsd_shape"]
@@ -138,9 +139,9 @@ class BatchWSD(BatchTableModel, LossCurve):
     def model(self, x_N, x_L, unit, log_b, censored, log_steps=None):
         s0, s_N, s_L = sample_power_law("s")
         b0, b_N, b_L = sample_power_law("b")
-        rho = numpyro.sample("rho", dist.Beta(2.0, 2.0))
-        mu = numpyro.sample("mu", dist.Beta(2.0, 2.0))
-        phi = numpyro.sample("phi", dist.Beta(2.0, 2.0))
+        rho = numpyro.sample("rho", Beta(2.0, 2.0))
+        mu = numpyro.sample("mu", Beta(2.0, 2.0))
+        phi = numpyro.sample("phi", Beta(2.0, 2.0))
         kappa_plus = numpyro.sample("kappa_plus", dist.LogNormal(0.0, 1.0))
         tau_S, tau_B, sigma, z_S, z_B = sample_unit_scatter(x_N.shape[0], centered=True)
         # centered units: S / e^{m_S}, B / e^{m_B}
