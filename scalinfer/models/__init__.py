@@ -13,7 +13,8 @@ name               what it fits
 
 Every model is a frozen dataclass implementing `Model` (`scalinfer.models.base`): its fields are its
 options (``get_model("surface").with_options(size_scatter=True)``); the models with a loss-vs-tokens law
-also implement `LossCurve`.
+also implement `LossCurve`. The NumPyro distributions they share with their log densities written out (Beta,
+Gamma, Student t) are in `scalinfer.models.distributions`.
 """
 
 from __future__ import annotations
