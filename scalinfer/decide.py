@@ -407,8 +407,10 @@ def recommend(fit, N: float, D: float, *, batch: float | None = None, max_batch:
     if fitted is not None:
         c0, c1 = fitted
         risk = lambda lr_, b_: _sigmoid(c0 + c1 * np.log(lr_ / at(batch_=b_)["lr_opt_at_batch"]))  # noqa: E731
+        with np.errstate(over="ignore"):  # a draw whose slope c1 is near 0 has its boundary beyond any LR: inf
+            boundary = np.exp(-c0 / c1)
         divergence = {"recommended": Estimate.of("divergence_risk", risk(lr_rec, b_rec), ci, mean=True),
-                      "boundary": Estimate.of("divergence_boundary", np.exp(-c0 / c1), ci),
+                      "boundary": Estimate.of("divergence_boundary", boundary, ci),
                       "n_diverged": int(fit.constants.get("n_censored", 0))}
         if lr is not None:
             divergence["choice"] = Estimate.of("choice_divergence_risk", risk(lr, choice["batch"]), ci, mean=True)
