@@ -95,6 +95,7 @@ Either way, prints a table, then as its last line one JSON object with the figur
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -397,6 +398,18 @@ def _quickstart(env: dict[str, str]) -> dict:
             "ess_bulk_min": q["ess_bulk_min"], "divergences": q["divergences"], "converged": q["converged"]}
 
 
+def _versions() -> dict[str, str | None]:
+    """The installed versions the figures depend on (the compilers' above all: jax 0.12.1 moved a cold fit by
+    seconds, benchmarks/README.md), None for a package not installed."""
+    out = {}
+    for name in ("jax", "jaxlib", "numpyro", "nutpie", "pymc"):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 def _median(runs) -> dict:
     """The run of median wall among an odd number of runs (the lower middle of an even number)."""
     runs = sorted(runs, key=lambda r: r["wall_s"])
@@ -465,6 +478,7 @@ def surface_benchmark(args) -> None:
     load_end = os.getloadavg()
 
     compile_est = cold["wall_s"] - warm["wall_s"]
+    versions = _versions()
     eps = {"warm": warm["diag"]["ess_bulk_min"] / warm["timings"]["nuts_s"],
            "cold": cold["diag"]["ess_bulk_min"] / cold["timings"]["nuts_s"],
            "nutpie": npie["diag"]["ess_bulk_min"] / npie["sampling_s"]}
@@ -520,7 +534,7 @@ def surface_benchmark(args) -> None:
     print(f"surface on {args.data} ({cold['n_runs']} runs): {args.chains} chains x ({args.warmup} warmup + "
           f"{args.samples} draws); nutpie cores={args.cores}, backend {args.backend}")
     print(f"load average at start {load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} "
-          f"(1 / 5 / 15 min) on {os.cpu_count()} CPUs")
+          f"(1 / 5 / 15 min) on {os.cpu_count()} CPUs; " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     if "equivalence" in mp:
         e = mp["equivalence"]
         print(f"PyMC == NumPyro log density at {e['n_points']} points ({e['n_params']} unconstrained coordinates): "
@@ -606,7 +620,7 @@ def surface_benchmark(args) -> None:
         "model": "surface", "data": str(args.data), "n_runs": cold["n_runs"], "chains": args.chains,
         "warmup": args.warmup, "samples": args.samples, "nutpie_cores": args.cores, "nutpie_backend": args.backend,
         "cpus": os.cpu_count(), "load_start": list(load_start), "load_end": list(load_end),
-        "equivalence": mp.get("equivalence"),
+        "equivalence": mp.get("equivalence"), "versions": versions,
         "runs": {"scalinfer_cold": cold, "scalinfer_warm": warm, "scalinfer_map": mp,
                  "scalinfer_float64_second_fit": warm64, "nutpie_cold": npie,
                  "nutpie_from_map_cold": npie_map, "blackjax_cold": bj,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
 import json
 import os
 import time
@@ -178,13 +179,14 @@ def main(argv=None) -> dict:
     malloc_tuned = tune_malloc()  # as `scalinfer.train.train` does: before JAX's backend starts
     peaks = [matmul_peak()]
     names = [n.strip() for n in args.presets.split(",") if n.strip()]
+    jaxlib_version = importlib.metadata.version("jaxlib")  # the figures move with XLA's releases
     rows = [r for n in names for r in measure(n, args.steps, args.rounds, args.batch_tokens, peaks)]
     peak = max(peaks)
     for r in rows:
         r["mfu"] = r["achieved_flops"] / peak
     print(f"devices: {jax.device_count()} x {jax.devices()[0].device_kind}; cores: {os.cpu_count()}; "
           f"load average: {os.getloadavg()[0]:.1f}; float32 matmul peak: {peak / 1e9:.1f} GFLOP/s; "
-          f"malloc tuned: {malloc_tuned}")
+          f"malloc tuned: {malloc_tuned}; jax {jax.__version__}, jaxlib {jaxlib_version}")
     print(f"{'model':<14}{'N_total':>10}{'N_active':>10}{'batch':>7}{'step ms':>9}{'median':>8}{'tok/s':>10}"
           f"{'MFLOP/tok':>10}{'GFLOP/s':>9}{'MFU':>7}{'drop':>6}{'compile s':>10}")
     for r in rows:
@@ -220,7 +222,8 @@ def main(argv=None) -> dict:
                              for i, n in enumerate(names)},
               "load_average": os.getloadavg()[0], "malloc_tuned": malloc_tuned,
               "diagnostics_overhead": diag["overhead"] if diag else None,
-              "diagnostics": diag, "loop_overhead": loop["overhead"] if loop else None, "loop": loop}
+              "diagnostics": diag, "loop_overhead": loop["overhead"] if loop else None, "loop": loop,
+              "versions": {"jax": jax.__version__, "jaxlib": jaxlib_version}}
     print(json.dumps(result))
     return result
 
