@@ -133,8 +133,8 @@ class Model(abc.ABC):
         `scalinfer.inference.optimize.PointFit`) found with `kwargs`, and the mode's constrained values in the
         coordinates they give (the start of a mode search with them): NUTS's coordinates chosen from the mode.
         None (the default): NUTS runs with `kwargs`. NUTS's program is compiled before the mode is known, with
-        `kwargs`' shapes and sites: new arguments and sites of other shapes or names compile it again (seconds), once
-        the mode is known."""
+        `kwargs`' shapes and sites: new arguments and sites of other shapes or names compile it again (seconds),
+        beside the mode search in the new coordinates (`scalinfer.inference.compiled.same_programs` tells)."""
         return None
 
     def fit_draws(self, data: Arrays, constants: dict[str, float], samples: int, seed: int
