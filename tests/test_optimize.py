@@ -157,3 +157,77 @@ def test_newton_stops_at_the_rounding_of_the_gradient_but_not_before_it_has_conv
     stiff = _RoundedQuadratic([1e6, 1.0], floor=0.0)
     x, fx, gmax = _newton(stiff, *_start(stiff, [3e-9, 0.0]), gtol=1e-6, max_iter=200)
     assert gmax < 1e-6
+
+
+def _blocks_pattern(shared: int, vectors: int, length: int) -> np.ndarray:
+    """The surface model's Hessian pattern in small: `shared` parameters that meet every other, and `vectors`
+    vectors of `length` entries (one per setting) whose entries meet those of the same setting only."""
+    n = shared + vectors * length
+    p = np.zeros((n, n), bool)
+    p[:shared, :] = p[:, :shared] = True
+    setting = np.concatenate([np.full(shared, -1), np.tile(np.arange(length), vectors)])
+    p |= (setting[:, None] == setting[None, :]) & (setting[:, None] >= 0)
+    return p
+
+
+def test_hessian_columns_recover_every_entry_of_a_sparse_hessian_exactly():
+    """`HessianColumns`: from the differences along its directions (here exact: directions @ H) every entry of a
+    symmetric matrix of the pattern comes back bit for bit (each is read where it is the only term), on the
+    surface model's shape (5 shared parameters, 3 per-setting vectors of 12: 5 + 3 directions, not 41) and on
+    random patterns, which need not compress but must come back whole."""
+    from scalinfer.inference.optimize import HessianColumns
+
+    rng = np.random.default_rng(0)
+    blocks = _blocks_pattern(5, 3, 12)
+    patterns = [blocks] + [rng.random((30, 30)) < density for density in (0.05, 0.1, 0.3, 0.6)]
+    for pattern in patterns:
+        pattern = pattern | pattern.T | np.eye(len(pattern), dtype=bool)
+        h = np.where(pattern, rng.normal(size=pattern.shape), 0.0)
+        h = np.where(np.triu(np.ones_like(pattern)), h, h.T)  # symmetric
+        columns = HessianColumns.of_pattern(pattern)
+        assert set(np.unique(columns.directions)) <= {0.0, 1.0}
+        assert np.all(columns.directions.sum(axis=0) == 1)  # every column in one direction
+        assert np.array_equal(columns.hessian(columns.directions @ h), h)
+    assert len(HessianColumns.of_pattern(blocks).directions) == 5 + 3
+
+
+def hierarchy(group, y=None, groups=1):
+    """Normal means of `groups` groups around a shared mean mu with scale tau: mu and tau meet every group's mean,
+    two groups' means meet only through them."""
+    mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+    tau = numpyro.sample("tau", dist.HalfNormal(5.0))
+    with numpyro.plate("groups", groups):
+        m = numpyro.sample("m", dist.Normal(mu, tau))
+    numpyro.sample("y", dist.Normal(m[group], 1.0), obs=y)
+
+
+def test_newton_takes_a_sparse_hessian_along_fewer_directions_and_finds_the_same_mode(monkeypatch):
+    """40 groups' means and their shared mean and scale (42 parameters) on 12,000 observations: the batch holds 10
+    rows (`MAX_BATCH_ELEMENTS` / 24,000 data elements), so a Hessian in full takes 5 batches; after the first
+    `FULL_HESSIANS` Newton takes it along 3 directions (mu, tau, the groups' means together), one batch. The mode
+    is the one the full Hessians find, to the search's own tolerance (its gradient < `CONVERGED_GRAD`, at
+    curvatures ~300: ~1e-5 / 300 apart at most)."""
+    import scalinfer.inference.optimize as optimize
+
+    configure()
+    rng = np.random.default_rng(3)
+    group = np.repeat(np.arange(40), 300)
+    y = rng.normal(2.0 + rng.normal(size=40)[group], 1.0)
+    kwargs = {"group": group, "y": y, "groups": 40}
+    start = {"mu": 0.0, "tau": 1.0, "m": np.zeros(40)}
+    rows = []
+    counting = optimize.Objective.__call__
+
+    def count(self, flat):
+        rows.append(np.atleast_2d(flat).shape[0])
+        return counting(self, flat)
+
+    monkeypatch.setattr(optimize.Objective, "__call__", count)
+    sparse = find_map(hierarchy, kwargs, start)
+    assert sparse.objective.rows == 10 and sparse.converged
+    assert len(sparse.objective.columns.directions) == 3
+    assert rows.count(3) >= 1 and 42 in rows  # the first Hessians in full, later ones along 3 directions
+    monkeypatch.setattr(optimize, "FULL_HESSIANS", 10**9)  # every Hessian in full
+    full = find_map(hierarchy, kwargs, start)
+    assert full.converged and full.objective.columns is None
+    np.testing.assert_allclose(sparse.flat, full.flat, rtol=0, atol=1e-6)
