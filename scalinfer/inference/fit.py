@@ -154,15 +154,7 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     from scalinfer.inference.compiled import model_sites, release_if_crowded, same_programs
     from scalinfer.inference.optimize import find_map, laplace_draws, laplace_flat
 
-    # ArviZ imported in a thread while the mode is searched for, much of which runs in XLA without the GIL; else,
-    # with the programs found compiled, its import would lie between the mode and NUTS: arviz_base (the DataTree,
-    # ~0.3 s). Where NUTS may draw more until its draws converge (`enough`), arviz_stats (their diagnostics; ~0.7 s,
-    # most of it SciPy's statistics, which a fit of a fixed number of draws does not need) is imported while NUTS
-    # samples, in XLA, without the GIL: during the mode search its Python would hold up the search's own
     checks = method == "nuts" and chains > 1 and max_samples > samples
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scalinfer-import")
-    arviz_imported = pool.submit(importlib.import_module, "arviz_base")
-    pool.shutdown(wait=False)
     if release_if_crowded():
         _log("dropped the compiled programs of earlier fits (this process neared the OS's memory-map limit); "
              "they come back from the persistent cache", quiet)
@@ -178,6 +170,15 @@ def fit(runs: RunTable, model: str | Model = "chinchilla", method: str | None = 
     # the model's sites for the fit's tree (`_to_tree`), traced while the mode search's program compiles (NUTS's
     # fit takes them on its own coordinates, `_compile_draws`)
     sites = model_sites(m.model, kwargs) if method != "nuts" else None
+    # ArviZ imported in a thread once the programs are traced, while they compile and the mode is searched for,
+    # which run in XLA without the GIL (begun before, its Python would take turns with the tracing's); else, with
+    # the programs found compiled, its import would lie between the mode and NUTS: arviz_base (the DataTree,
+    # ~0.3 s). Where NUTS may draw more until its draws converge (`enough`), arviz_stats (their diagnostics; ~0.7 s,
+    # most of it SciPy's statistics, which a fit of a fixed number of draws does not need) is imported while NUTS
+    # samples, in XLA, without the GIL: during the mode search its Python would hold up the search's own
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scalinfer-import")
+    arviz_imported = pool.submit(importlib.import_module, "arviz_base")
+    pool.shutdown(wait=False)
     for compiled in mode_compiled:
         compiled.result()
     point = find_map(m.model, kwargs, start, seed=seed)
