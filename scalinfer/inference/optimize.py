@@ -256,12 +256,13 @@ class Objective:
             h = eps ** 0.5
             _, gs = self(x + h * np.eye(self.dim))
             hess = (gs - g) / h
-            self._pattern |= (hess != 0) | ~np.isfinite(hess)
-            self._full_hessians += 1
-            if self._full_hessians == FULL_HESSIANS:
-                columns = HessianColumns.of_pattern(self._pattern)
-                if -(-len(columns.directions) // self.rows) < -(-self.dim // self.rows):  # fewer batches
-                    self._columns = columns
+            if self._full_hessians < FULL_HESSIANS:  # the pattern is that of the first ones only
+                self._pattern |= (hess != 0) | ~np.isfinite(hess)
+                self._full_hessians += 1
+                if self._full_hessians == FULL_HESSIANS:
+                    columns = HessianColumns.of_pattern(self._pattern)
+                    if -(-len(columns.directions) // self.rows) < -(-self.dim // self.rows):  # fewer batches
+                        self._columns = columns
         return 0.5 * (hess + hess.T)
 
 
