@@ -10,7 +10,7 @@ import numpyro.distributions as dist
 import pytest
 from scipy import special
 
-from scalinfer.models.distributions import Beta, Gamma, StudentT, log_gamma_half_step
+from scalinfer.models.distributions import Beta, Gamma, Normal, StudentT, log_gamma_half_step
 
 
 def test_log_gamma_half_step_is_scipys():
@@ -89,6 +89,49 @@ def test_student_t_is_numpyros():
             for o, t in zip(ours, theirs):
                 np.testing.assert_allclose(o, t, rtol=1e-11, atol=1e-12)
 
+
+
+def test_normal_is_numpyros():
+    """`Normal` (standardized by a product with 1/sigma, and with ``scale_factor`` sigma = scale * h) gives NumPyro's
+    Normal(loc, scale * h) log density and its gradient in the value, loc, scale and h, to float64 rounding (rtol
+    1e-12: the two differ in the rounding of 1/sigma and of log(sqrt(2 pi) sigma)), for constant and traced scales;
+    and keeps a float32 value in float32 where its parameters are Python floats (a fit's float32 potential)."""
+    rng = np.random.default_rng(1)
+    loc, scale = rng.normal(size=6), np.exp(rng.normal(size=6))
+    x = loc + scale * np.array([-30.0, -2.0, 0.0, 1e-7, 0.7, 12.0])
+    with jax.enable_x64(True):
+        for c in (0.05, 1.0, 7.5):  # a Python float scale, as the priors give it
+            np.testing.assert_allclose(Normal(0.3, c).log_prob(x), dist.Normal(0.3, c).log_prob(x), rtol=1e-12)
+        for h in (None, 0.37, 2.9):
+            def total(kind, a, h=h):
+                v, m, s, f = a
+                d = kind(m, s) if f is None else (kind(m, s, scale_factor=f) if kind is Normal else kind(m, s * f))
+                return jnp.sum(d.log_prob(v))
+
+            at = (jnp.asarray(x), jnp.asarray(loc), jnp.asarray(scale), None if h is None else jnp.float64(h))
+            np.testing.assert_allclose(total(Normal, at), total(dist.Normal, at), rtol=1e-12)
+            for o, t in zip(jax.grad(lambda a: total(Normal, a))(at), jax.grad(lambda a: total(dist.Normal, a))(at)):
+                if o is not None:
+                    np.testing.assert_allclose(o, t, rtol=1e-11, atol=1e-12)
+    v32 = jnp.asarray(x, dtype=jnp.float32)
+    assert Normal(0.3, 2.0).log_prob(v32).dtype == jnp.float32
+    assert Normal(0.3, 2.0, scale_factor=jnp.float32(0.5)).log_prob(v32).dtype == jnp.float32
+
+
+def test_normal_scale_factor_is_shared():
+    """Priors given one `scale_factor` h compile log h once between them (what the factor is for): the optimized
+    program of four such sites' log density and its gradient holds one log, where the same priors with scales
+    c * h hold one per site."""
+    def logs(factor: bool) -> int:
+        def total(v, h):
+            return sum(jnp.sum((Normal(0.0, c, scale_factor=h) if factor else Normal(0.0, c * h)).log_prob(v[i]))
+                       for i, c in enumerate((0.5, 1.0, 2.0, 3.0)))
+
+        with jax.enable_x64(True):
+            program = jax.jit(jax.value_and_grad(total, argnums=(0, 1))).lower(jnp.zeros(4), jnp.float64(0.7))
+        return sum(" log(" in line for line in program.compile().as_text().splitlines())
+
+    assert (logs(True), logs(False)) == (1, 4)
 
 def _primitives(jaxpr):
     """The names of the primitives in a jaxpr, those of the jaxprs inside its equations (loops, conds) included."""

@@ -13,6 +13,10 @@ are NumPyro's, written out so that a model's program stays small:
   (benchmarks/README.md, "fit_speed.py").
 - `Beta`'s density is direct, where NumPyro's goes through a Dirichlet; `StudentT` squares its standardized value
   by a product, where NumPyro's raises it to a float power (a log and an exp per run).
+- `Normal` standardizes by a product with 1/sigma taken once (see it), and `log_gamma_half_step` evaluates its
+  terms as arrays (its ten shifts, its two Stirling tails) rather than one by one: XLA:CPU compiles each division
+  or log that several operations read as a kernel of its own, and kernels are most of what a program costs to
+  compile (benchmarks/README.md, "fit_speed.py").
 
 ``tests/test_distributions.py`` checks each against NumPyro's log density (Gamma's and StudentT's gradients too).
 """
@@ -22,10 +26,12 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+import numpy as np
 import numpyro.distributions as dist
 
-__all__ = ["Beta", "Gamma", "StudentT", "log_gamma_half_step"]
+__all__ = ["Beta", "Gamma", "Normal", "StudentT", "log_gamma_half_step"]
 
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 #: the shift of `log_gamma_half_step`: Stirling's series is evaluated at x + SHIFT >= SHIFT
 SHIFT = 10
 #: Stirling's series of log Gamma(z) beyond its leading terms, B_2k / (2k (2k - 1) z^(2k - 1)) for k = 1..7
@@ -54,11 +60,14 @@ def log_gamma_half_step(x):
             + S\big(a + \tfrac12\big) - S(a) - \sum_{j=0}^{K-1} \log\Big(1 + \frac{1}{2 (x + j)}\Big).
 
     Branch-free, so its gradient (digamma's difference) is JAX's derivative of the same expression. Its error is
-    within a few float64 roundings of the value (`tests/test_distributions.py`)."""
+    within a few float64 roundings of the value (`tests/test_distributions.py`). The K terms of the sum, and the two
+    tails S, are each one array operation along a trailing axis (one kernel in a compiled program, not one each)."""
     a = x + SHIFT
     main = a * jnp.log1p(0.5 / a) + 0.5 * jnp.log(a) - 0.5
-    shift = sum(jnp.log1p(0.5 / (x + j)) for j in range(SHIFT))
-    return main + _stirling_tail(a + 0.5) - _stirling_tail(a) - shift
+    ft = jnp.result_type(x)
+    shift = jnp.sum(jnp.log1p(0.5 / (jnp.expand_dims(x, -1) + np.arange(SHIFT, dtype=ft))), axis=-1)
+    tail = _stirling_tail(jnp.expand_dims(a, -1) + np.array([0.5, 0.0], ft))
+    return main + (tail[..., 0] - tail[..., 1]) - shift
 
 
 class Beta(dist.Beta):
@@ -110,3 +119,31 @@ class StudentT(dist.StudentT):
         y = (value - self.loc) / self.scale
         norm = 0.5 * jnp.log(df * math.pi) - log_gamma_half_step(0.5 * df)
         return -0.5 * (df + 1.0) * jnp.log1p(y * y / df) - jnp.log(self.scale) - norm
+
+
+class Normal(dist.Normal):
+    r"""NumPyro's Normal, unvalidated, with its log density written out by a product:
+
+    .. math:: \log p(x) = -\tfrac12 y^2 - \log \sigma - \tfrac12 \log 2\pi, \qquad y = (x - \mu) \cdot (1 / \sigma),
+
+    1/sigma and log sigma taken once per distribution (when the model is traced, for a Python float sigma), not at
+    every point. `scale_factor` h (a traced scalar: the data's scale of log N or log D): sigma = scale * h, with
+    1/h and log h the same operations for every distribution given h, so that a compiled program computes them
+    once, where each 1/(scale h) would be an operation of its own.
+
+    Why: NumPyro's (x - mu) / sigma, whose result both the density and its gradient read, and log(sigma) of a traced
+    sigma, are each compiled by XLA:CPU as a kernel of its own (a division or a log that several operations read
+    is not recomputed inside each), one or two per site; a product is recomputed where it is read, inside the
+    kernels that read it (benchmarks/README.md, "fit_speed.py")."""
+
+    def __init__(self, loc, scale, scale_factor=None):
+        super().__init__(loc, scale if scale_factor is None else scale * scale_factor, validate_args=False)
+        self._scale, self._factor = scale, scale_factor
+
+    def log_prob(self, value):
+        s = self._scale
+        inv, log_s = (1.0 / s, math.log(s)) if isinstance(s, (int, float)) else (1.0 / s, jnp.log(s))
+        if self._factor is not None:
+            inv, log_s = inv * (1.0 / self._factor), log_s + jnp.log(self._factor)
+        y = (value - self.loc) * inv
+        return -0.5 * (y * y) - log_s - _HALF_LOG_2PI

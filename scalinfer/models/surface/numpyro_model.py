@@ -60,7 +60,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from scalinfer.models.distributions import Beta, Gamma, StudentT
+from scalinfer.models.distributions import Beta, Gamma, Normal, StudentT
 from scalinfer.models.surface.design import LEFT_OUT, fill_left_out
 from scalinfer.models.surface.loss import laws, surface_terms
 from scalinfer.models.surface.population import PRIOR_SETS
@@ -76,8 +76,9 @@ _LOG_2PI = math.log(2 * math.pi)
 #: density (a select per element) and checks constant arguments at trace time, one JAX operation at a time,
 #: each compiled on its own; the model builds every argument valid and its parameters reach their supports
 #: through NumPyro's transforms, so neither can fail here (the data are checked where they are read). `Beta`,
-#: `Gamma` and `StudentT` have their log densities written out as well (`scalinfer.models.distributions`).
-Normal, HalfNormal = (functools.partial(d, validate_args=False) for d in (dist.Normal, dist.HalfNormal))
+#: `Gamma`, `Normal` and `StudentT` have their log densities written out as well (`scalinfer.models.distributions`;
+#: `Normal`'s ``scale_factor``: the priors' scales in units of the data's h_N, h_D share 1/h and log h).
+HalfNormal = functools.partial(dist.HalfNormal, validate_args=False)
 
 
 class Exceeds(dist.Distribution):
@@ -201,9 +202,10 @@ def pinned_offset(name: str, center, tau, pin):
     xhat, D = pin[0], pin[1]
     r = D * tau * tau
     q = jnp.sqrt(1.0 + r)
-    shift = r / (1.0 + r) * (xhat - center) / tau  # eps's conditional mean given the rest, as the pin sees it
+    inv_q = 1.0 / q  # the one division by q (`Normal`'s own 1/q is the same operation): products elsewhere
+    shift = (r * inv_q * inv_q) * (xhat - center) * (1.0 / tau)  # eps's conditional mean given the rest
     w = numpyro.sample(name, Normal(-q * shift, q))
-    return shift + w / q
+    return shift + w * inv_q
 
 
 def _size_levels(p: dict[str, Any], n_size, h_N: float, ft, left_out: str | None = None, pr: Priors = PRIORS) -> None:
@@ -281,20 +283,20 @@ def surface_model(n_s, d_s, size_s, n_size, s_obs, x_obs, z_obs, log_loss=None, 
     for k, h, (mean, sd) in (("a_N", h_N, pr.lr_exp_N), ("a_D", h_D, pr.lr_exp_D), ("b_N", h_N, pr.batch_exp_N),
                              ("b_D", h_D, pr.batch_exp_D)):
         if not (size_scatter and k in ("a_N", "b_N")):
-            site(k, Normal(mean * h, sd * h))
+            site(k, Normal(mean * h, sd, scale_factor=h))
     # the LR-batch ridge
     site("kappa1", Normal(*pr.kappa1))
     site("kappa2", Normal(0.0, pr.kappa2_sd))
     # the loss law
     if not size_scatter:
         p["g0"] = numpyro.sample("g0", Normal(0.0, pr.loss_sd))
-        p["g_N"] = numpyro.sample("g_N", Normal(0.0, pr.loss_exponent_sd * h_N))
-    p["g_D"] = numpyro.sample("g_D", Normal(0.0, pr.loss_exponent_sd * h_D))
+        p["g_N"] = numpyro.sample("g_N", Normal(0.0, pr.loss_exponent_sd, scale_factor=h_N))
+    p["g_D"] = numpyro.sample("g_D", Normal(0.0, pr.loss_exponent_sd, scale_factor=h_D))
     # the valleys: log curvature law, asymmetry, far-field exponent
     for v in ("lr", "b"):
         site(f"c_{v}0", Normal(*getattr(pr, f"c_{v}0")))
-        site(f"c_{v}_N", Normal(0.0, pr.curvature_exponent_sd * h_N))
-        site(f"c_{v}_D", Normal(0.0, pr.curvature_exponent_sd * h_D))
+        site(f"c_{v}_N", Normal(0.0, pr.curvature_exponent_sd, scale_factor=h_N))
+        site(f"c_{v}_D", Normal(0.0, pr.curvature_exponent_sd, scale_factor=h_D))
         site(f"delta_{v}", Normal(*getattr(pr, f"delta_{v}")))
         site(f"p_{v}_unit", Beta(*getattr(pr, f"p_{v}_beta")))
     if lr_valley_by_batch and design == "full":
