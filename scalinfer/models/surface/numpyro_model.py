@@ -106,9 +106,10 @@ class SmallNormal(dist.Distribution):
     """A multivariate normal of a few (static) dimensions, given its location and lower Cholesky factor.
 
     NumPyro's ``MultivariateNormal(loc, scale_tril=...)`` with its log density by forward substitution,
-    elementwise (no triangular solve, a LAPACK call on CPU), and its arguments not validated
-    (``validate_args=False``: NumPyro validates at trace time, one JAX operation at a time, each compiled on its
-    own, in every fit)."""
+    elementwise (no triangular solve, a LAPACK call on CPU; each step by a product with 1/L_ii, which XLA:CPU
+    compiles inside the kernels that read it, as `scalinfer.models.distributions.Normal`), and its arguments not
+    validated (``validate_args=False``: NumPyro validates at trace time, one JAX operation at a time, each compiled
+    on its own, in every fit)."""
 
     arg_constraints = {"loc": dist.constraints.real_vector, "scale_tril": dist.constraints.lower_cholesky}
     support = dist.constraints.real_vector
@@ -130,7 +131,7 @@ class SmallNormal(dist.Distribution):
             acc = x[..., i]
             for j in range(i):
                 acc = acc - L[..., i, j] * w[j]
-            w.append(acc / L[..., i, i])
+            w.append(acc * (1.0 / L[..., i, i]))
         return sum(-0.5 * wi * wi - jnp.log(L[..., i, i]) - 0.5 * _LOG_2PI for i, wi in enumerate(w))
 
 
