@@ -43,6 +43,10 @@ model sizes adds size scatter, at 1.5-1.7x the wall time: row 8) on Step Law's 1
    better run that converged (R-hat <= 1.01), compared only when scalinfer's converged too, as are the ESS/s and
    cold-wall ratios (``default_size_scatter``: null otherwise; every R-hat is in the JSON; from the MAP, nutpie's
    cold wall has the MAP's added, as in ``cold_wall_ratio_vs_nutpie``).
+   nutpie may refuse the MAP as its start ("bad initial gradient: Invalid initial point", at 36d9caf for the
+   default model's mode, where PyMC's own log density and gradient of the twin are finite): a run from the MAP
+   that fails is then left out, its error named in the table and in the JSON's ``failed_runs``, and the ratios use
+   the runs that started.
 
 10. the quickstart: ``scalinfer quickstart --json`` (its table and NUTS settings, ``data/manifest.json``), cold and
    warm (two processes sharing a new cache); its fit's own seconds (``quickstart_fit_s``, cold;
@@ -98,6 +102,7 @@ import argparse
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -367,19 +372,37 @@ print(json.dumps(out, default=float))
 """
 
 
-def _child(mode: str, args, env: dict[str, str], **opt) -> dict:
-    """Run one measurement in a fresh process; its last stdout line is a JSON object."""
+def _child(mode: str, args, env: dict[str, str], failures: dict[str, str] | None = None, name: str = "",
+           **opt) -> dict | None:
+    """Run one measurement in a fresh process; its last stdout line is a JSON object. A process that fails stops the
+    benchmark, unless `failures` is given (a peer's run that may refuse to start, as nutpie from an exact mode): then
+    None, its error's gist in ``failures[name]`` (the JSON's ``failed_runs``), and the benchmark goes on without it."""
     opt = {"bench_dir": str(Path(__file__).resolve().parent), **opt}
     print(f"fit_speed: {mode} ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, "-c", SURFACE_CHILD, mode, str(args.data), args.format or "",
                           str(args.chains), str(args.warmup), str(args.samples), str(args.seed), json.dumps(opt)],
                          capture_output=True, text=True, env={**os.environ, **env}, cwd=ROOT)
+    if res.returncode and failures is not None:
+        failures[name] = _gist(res.stderr)
+        print(f"fit_speed: {name} failed, its row is left out: {failures[name]}", file=sys.stderr, flush=True)
+        return None
     if res.returncode:
         sys.exit(f"fit_speed: the {mode} process failed:\n{res.stderr[-6000:]}")
     out = json.loads(res.stdout.strip().splitlines()[-1])
     print(f"fit_speed: {mode} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return out
+
+
+def _gist(stderr: str) -> str:
+    """A failed process's error in a line: its last exception line (``SomeError: ...``), and the first line after a
+    Rust error's ``Caused by:`` (nutpie's reason)."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception)\b", ln)]
+    gist = errors[-1] if errors else (lines[-1] if lines else "no error output")
+    if "Caused by:" in lines:
+        gist += f" ({lines[lines.index('Caused by:') + 1]})" if lines.index("Caused by:") + 1 < len(lines) else ""
+    return gist
 
 
 def _quickstart(env: dict[str, str]) -> dict:
@@ -456,8 +479,10 @@ def surface_benchmark(args) -> None:
         warm64 = None if args.no_float64 else _child("nuts", args, {"SCALINFER_CACHE": fresh("f64_cache")},
                                                     dtype="float64", repeat=True)
         npie = _child("nutpie", args, pytensor_env("nutpie"), backend=args.backend, cores=args.cores)
+        failures: dict[str, str] = {}  # peers' runs from scalinfer's MAP that refused to start (`_child`)
         npie_map = None if args.no_nutpie_from_map else _child(
-            "nutpie", args, pytensor_env("nutpie_map"), backend=args.backend, cores=args.cores, init=map_point)
+            "nutpie", args, pytensor_env("nutpie_map"), failures, "nutpie_from_map", backend=args.backend,
+            cores=args.cores, init=map_point)
         bj = None if args.no_blackjax else _child("blackjax", args, {"SCALINFER_CACHE": fresh("blackjax_cache")})
         ss_cold, ss_warm, ss_spread = cold_warm(default_model=True)  # the default model (size scatter)
         npie_ss = _child("nutpie", args, pytensor_env("nutpie_default"), backend=args.backend, cores=args.cores,
@@ -468,8 +493,8 @@ def surface_benchmark(args) -> None:
         mp_ss = None if args.no_nutpie_from_map else _child(
             "map", args, {"SCALINFER_CACHE": fresh("map_default_cache")}, default_model=True, map_out=map_point_ss)
         npie_ss_map = None if args.no_nutpie_from_map else _child(
-            "nutpie", args, pytensor_env("nutpie_default_map"), backend=args.backend, cores=args.cores,
-            default_model=True, init=map_point_ss)
+            "nutpie", args, pytensor_env("nutpie_default_map"), failures, "nutpie_default_model_from_map",
+            backend=args.backend, cores=args.cores, default_model=True, init=map_point_ss)
         qs_pairs = []
         for i in range(args.repeats):  # the quickstart (its table and settings, data/manifest.json), cold and warm
             env = {"SCALINFER_CACHE": fresh(f"quickstart_cache_{i}")}
@@ -587,6 +612,8 @@ def surface_benchmark(args) -> None:
     peer_wall = min([npie["wall_s"]] + ([npie_map["wall_s"] + mp["wall_s"]] if npie_map else []))
     print(f"headline ratios against nutpie's better run: ESS/s {eps['warm']:.1f} / {peer_eps:.1f}, "
           f"cold wall {cold['wall_s']:.1f} / {peer_wall:.1f} s")
+    for name, why in failures.items():
+        print(f"left out, its process failed: {name}: {why}")
     report = {
         "ess_per_s_ratio_vs_nutpie": eps["warm"] / peer_eps,
         "cold_wall_ratio_vs_nutpie": cold["wall_s"] / peer_wall,
@@ -627,6 +654,7 @@ def surface_benchmark(args) -> None:
                  "default_size_scatter_cold": ss_cold, "default_size_scatter_warm": ss_warm,
                  "nutpie_default_model_cold": npie_ss, "scalinfer_map_default_model": mp_ss,
                  "nutpie_default_model_from_map_cold": npie_ss_map},
+        "failed_runs": failures,
     }
     if npie_map:
         report["ess_per_s_ratio_vs_nutpie_from_map"] = eps["warm"] / eps["nutpie_from_map"]

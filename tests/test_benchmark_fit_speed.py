@@ -58,3 +58,23 @@ def test_fit_speeds_scalinfer_children_report_what_it_reads(tmp_path):
         if opt:  # the default model's posterior means, compared with the PyMC twin's (`AGREE`)
             assert {"tau_lr_size", "tau_b_size", "tau_loss_size", "nu"} <= set(run["means"])
             assert all(len(v) == 2 for v in run["means"].values())
+
+
+def test_a_peer_run_that_fails_is_left_out_and_named():
+    """A peer's run given `failures` (nutpie from scalinfer's MAP, which may refuse an exact mode as its start) that
+    fails leaves its row out and names its error in a line; any other failing run stops the benchmark. The child
+    here fails at once, on a table that is not there."""
+    fit_speed = _fit_speed()
+    args = Namespace(data=ROOT / "no-such-table.csv", format=None, chains=2, warmup=4, samples=4, seed=0)
+    failures: dict[str, str] = {}
+    assert fit_speed._child("nutpie", args, {}, failures, "nutpie_from_map") is None
+    assert list(failures) == ["nutpie_from_map"] and "no-such-table.csv" in failures["nutpie_from_map"]
+    assert "\n" not in failures["nutpie_from_map"]
+    with pytest.raises(SystemExit):
+        fit_speed._child("nutpie", args, {})
+    # nutpie's own refusal, as its process printed it (2026-12-06): the exception line and the Rust error's reason
+    stderr = ("Traceback (most recent call last):\n  File \"<string>\", line 104, in <module>\nRuntimeError: All "
+              "initialization points failed\n\nCaused by:\n    Could not initialize state because of bad initial "
+              "gradient: Invalid initial point\n\nStack backtrace:\n   0: nuts_rs::sampler\n")
+    assert fit_speed._gist(stderr) == ("RuntimeError: All initialization points failed (Could not initialize state "
+                                       "because of bad initial gradient: Invalid initial point)")
