@@ -400,8 +400,8 @@ def _gist(stderr: str) -> str:
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception)\b", ln)]
     gist = errors[-1] if errors else (lines[-1] if lines else "no error output")
-    if "Caused by:" in lines:
-        gist += f" ({lines[lines.index('Caused by:') + 1]})" if lines.index("Caused by:") + 1 < len(lines) else ""
+    if "Caused by:" in lines[:-1]:
+        gist += f" ({lines[lines.index('Caused by:') + 1]})"
     return gist
 
 
