@@ -75,6 +75,8 @@ class Beta(dist.Beta):
     (a - 1) log x + (b - 1) log(1 - x) - log B(a, b). NumPyro's goes through a Dirichlet and corrects its value
     at the interval's ends: 138 operations per site against 11 (157 against 18 in its gradient)."""
 
+    pytree_aux_fields = ("_a", "_b", "_log_norm")  # kept by JAX's tree maps (NumPyro's pytree of a distribution)
+
     def __init__(self, concentration1: float, concentration0: float):
         a, b = float(concentration1), float(concentration0)
         self._log_norm = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
@@ -88,6 +90,8 @@ class Beta(dist.Beta):
 class Gamma(dist.Gamma):
     """NumPyro's Gamma of a constant shape a and rate b (Python floats), unvalidated, with its log density written
     out: (a - 1) log x - b x + a log b - log Gamma(a), the constant taken when the model is traced."""
+
+    pytree_aux_fields = ("_a", "_b", "_log_norm")  # kept by JAX's tree maps (NumPyro's pytree of a distribution)
 
     def __init__(self, concentration: float, rate: float = 1.0):
         a, b = float(concentration), float(rate)
@@ -135,6 +139,8 @@ class Normal(dist.Normal):
     sigma, are each compiled by XLA:CPU as a kernel of its own (a division or a log that several operations read
     is not recomputed inside each), one or two per site; a product is recomputed where it is read, inside the
     kernels that read it (benchmarks/README.md, "fit_speed.py")."""
+
+    pytree_data_fields = ("_scale", "_factor")  # kept by JAX's tree maps (NumPyro's pytree of a distribution)
 
     def __init__(self, loc, scale, scale_factor=None):
         super().__init__(loc, scale if scale_factor is None else scale * scale_factor, validate_args=False)
