@@ -20,9 +20,11 @@ model sizes adds size scatter, at 1.5-1.7x the wall time: row 8) on Step Law's 1
    ``nutpie.sample(compiled, chains=4, tune=W, draws=S, seed=0, cores=2)`` (nutpie's defaults otherwise:
    diagonal mass matrix, target acceptance 0.8, its own initialisation);
 5. nutpie from MAP, cold (``--no-nutpie-from-map`` skips it): the same, every chain started at scalinfer's MAP
-   point from step 1 (``initial_points``, no jitter). With its default start, chains can settle in poorer local
-   modes of this posterior (e.g. a large scatter tau_lr of the optimal LRs with a near-linear LR valley), which
-   no amount of sampling speed makes up for; this row separates sampler speed from initialisation;
+   point from step 1 (``initial_points``, no jitter), each value moved by 1e-8 of itself (`NUDGE`: nutpie
+   refuses a start whose gradient has a component exactly zero, as a mode's can). With its default start,
+   chains can settle in poorer local modes of this posterior (e.g. a large scatter tau_lr of the optimal LRs
+   with a near-linear LR valley), which no amount of sampling speed makes up for; this row separates sampler
+   speed from initialisation;
 6. blackjax, cold (``--no-blackjax`` skips it): scalinfer's MAP, Laplace-scaled coordinates and chain starts,
    then blackjax's window adaptation (dense mass matrix with Stan's regularization, target acceptance 0.9, as
    scalinfer) and NUTS on the
@@ -43,10 +45,8 @@ model sizes adds size scatter, at 1.5-1.7x the wall time: row 8) on Step Law's 1
    better run that converged (R-hat <= 1.01), compared only when scalinfer's converged too, as are the ESS/s and
    cold-wall ratios (``default_size_scatter``: null otherwise; every R-hat is in the JSON; from the MAP, nutpie's
    cold wall has the MAP's added, as in ``cold_wall_ratio_vs_nutpie``).
-   nutpie may refuse the MAP as its start ("bad initial gradient: Invalid initial point", at 36d9caf for the
-   default model's mode, where PyMC's own log density and gradient of the twin are finite): a run from the MAP
-   that fails is then left out, its error named in the table and in the JSON's ``failed_runs``, and the ratios use
-   the runs that started.
+   A run from the MAP that nutpie refuses to start ("bad initial gradient: Invalid initial point") is left out,
+   its error named in the table and in the JSON's ``failed_runs``, and the ratios use the runs that started.
 
 10. the quickstart: ``scalinfer quickstart --json`` (its table and NUTS settings, ``data/manifest.json``), cold and
    warm (two processes sharing a new cache); its fit's own seconds (``quickstart_fit_s``, cold;
@@ -218,6 +218,11 @@ MODEL = SURFACE.with_options(size_scatter=False)
 
 NAMES = list(SCALARS + SETTING)  # every parameter of the model (the offsets eps, however sampled)
 SAMPLED = list(SCALARS + PINNED) + ["ell"]  # its sampled sites (without pins w is eps: a MAP's, the twin's)
+# nutpie's start from scalinfer's mode: each value times 1 + NUDGE. At an exact mode a gradient component can be
+# exactly zero, and nutpie refuses such a start ("bad initial gradient: Invalid initial point"): at 36d9caf the
+# default model's mode had d logp / d log tau_loss = 0.0 in nutpie's numba function (6e-16 in PyMC's own), and
+# every chain failed to start; nudged by 1e-8 of itself, it starts.
+NUDGE = 1e-8
 # the scalars both parameterizations of the default model (size scatter) have: their posterior means must agree
 AGREE = list(SCALARS) + ["tau_lr_size", "tau_b_size", "tau_loss_size"]
 
@@ -291,9 +296,10 @@ elif mode == "nutpie":
     else:
         data, const = MODEL.prepare(runs)
         model = P.build_model(data, const, PRIOR_SETS[MODEL.prior])
-    if opt.get("init"):  # start every chain at this point (scalinfer's MAP), not jittered
+    if opt.get("init"):  # start every chain at this point (scalinfer's MAP), not jittered, but nudged
         with open(opt["init"]) as fh:
             start = P.twin_start({k: np.asarray(v, float) for k, v in json.load(fh).items()}, model)
+        start = {k: v * (1.0 + NUDGE) for k, v in start.items()}
         compiled = nutpie.compile_pymc_model(model, backend=opt["backend"], initial_points=start, jitter_rvs=set())
     else:
         compiled = nutpie.compile_pymc_model(model, backend=opt["backend"])
