@@ -231,3 +231,30 @@ def test_newton_takes_a_sparse_hessian_along_fewer_directions_and_finds_the_same
     full = find_map(hierarchy, kwargs, start)
     assert full.converged and full.objective.columns is None
     np.testing.assert_allclose(sparse.flat, full.flat, rtol=0, atol=1e-6)
+
+
+def test_the_mode_search_runs_numpy_blas_on_one_thread_and_restores_the_callers_setting(monkeypatch):
+    """`find_map` limits NumPy's BLAS to one thread while it searches (its eighs between XLA batches) and gives
+    the caller's setting back after it, also when the search raises."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    import scalinfer.inference.optimize as optimize
+    configure()
+    x = np.linspace(-1.0, 1.0, 20)
+    seen = []
+    newton = optimize._newton
+
+    def spy(*args, **kwargs):
+        seen.append([p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"])
+        return newton(*args, **kwargs)
+
+    monkeypatch.setattr(optimize, "_newton", spy)
+    with threadpool_limits(limits=2, user_api="blas"):  # the caller's setting, whatever the machine's default
+        before = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+        assert find_map(regression, {"x": x, "y": 1.0 + x}, {"a": 0.0, "b": 0.0}).converged
+        assert seen and all(n == 1 for n in seen[0])
+        assert [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"] == before
+        monkeypatch.setattr(optimize, "_newton", lambda *a, **k: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            find_map(regression, {"x": x, "y": 1.0 + x}, {"a": 0.0, "b": 0.0})
+        assert [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"] == before

@@ -37,6 +37,11 @@ Everything here runs on one compiled program per model and data shapes, `_batch_
   the model's structure (a sum over runs none of which depends on both parameters gives an exact 0). Only the
   steps use it: were an entry missed, the steps would be less good, not the mode, which is where the gradient
   vanishes, and the mode's own Hessian (Laplace, NUTS's scales) is always taken in full.
+- **One BLAS thread.** The search alternates NumPy's linear algebra on small matrices (an `eigh` per Newton step)
+  with XLA batches that use every core. OpenBLAS's worker threads spin for a while after each call, taking a core
+  from XLA's next batch; a matrix of a few hundred rows gains nothing from a second thread. So `find_map` runs with
+  one BLAS thread (threadpoolctl's `threadpool_limits`, process-wide for the search's duration and restored after
+  it): on Step Law's table a cold MAP fit takes ~0.2 s less (benchmarks/README.md, "fit_speed.py").
 - **Why differences, not `jax.hessian`.** The forward-over-reverse Hessian compiles far slower than the
   batched gradient, and the Hessian is needed only to the accuracy of differences: forward ones
   for Newton's steps, central ones (h = eps^(1/3), error ~1e-10 relative) at the mode for the Laplace
@@ -56,6 +61,7 @@ from numpyro import handlers
 from numpyro.distributions import biject_to
 from numpyro.infer.initialization import init_to_median, init_to_value
 from numpyro.infer.util import potential_energy
+from threadpoolctl import threadpool_limits
 
 from scalinfer.errors import ModelError
 from scalinfer.inference.compiled import LoweredProgram, constrain, join_kwargs, program, split_kwargs, tree_unraveler
@@ -398,7 +404,15 @@ def find_map(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any]
     the prior median. ``converged`` means the largest gradient component fell below `CONVERGED_GRAD`.
 
     `hold`: sites kept at their start (`init_values`, else the prior median) while the others move: the mode of
-    the density given them, for a joint density with no maximum (`scalinfer.models.base.Model.mode_held`)."""
+    the density given them, for a joint density with no maximum (`scalinfer.models.base.Model.mode_held`).
+
+    NumPy's BLAS runs on one thread meanwhile (the module's docstring, "One BLAS thread")."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _find_map(model_fn, model_kwargs, init_values, seed, max_iter, gtol, hold)
+
+
+def _find_map(model_fn, model_kwargs: dict[str, Any], init_values: dict[str, Any] | None, seed: int, max_iter: int,
+              gtol: float, hold: tuple[str, ...]) -> PointFit:
     dyn, static = split_kwargs(model_kwargs)
     strategies = (["value"] if init_values else []) + ["median"]
     objective = None
