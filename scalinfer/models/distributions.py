@@ -31,7 +31,8 @@ import numpyro.distributions as dist
 
 __all__ = ["Beta", "Gamma", "Normal", "StudentT", "log_gamma_half_step"]
 
-_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+#: log sqrt(2 pi), the normal density's constant
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 #: the shift of `log_gamma_half_step`: Stirling's series is evaluated at x + SHIFT >= SHIFT
 SHIFT = 10
 #: Stirling's series of log Gamma(z) beyond its leading terms, B_2k / (2k (2k - 1) z^(2k - 1)) for k = 1..7
@@ -152,4 +153,4 @@ class Normal(dist.Normal):
         if self._factor is not None:
             inv, log_s = inv * (1.0 / self._factor), log_s + jnp.log(self._factor)
         y = (value - self.loc) * inv
-        return -0.5 * (y * y) - log_s - _HALF_LOG_2PI
+        return -0.5 * (y * y) - log_s - HALF_LOG_2PI

@@ -60,7 +60,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from scalinfer.models.distributions import Beta, Gamma, Normal, StudentT
+from scalinfer.models.distributions import HALF_LOG_2PI, Beta, Gamma, Normal, StudentT
 from scalinfer.models.surface.design import LEFT_OUT, fill_left_out
 from scalinfer.models.surface.loss import laws, surface_terms
 from scalinfer.models.surface.population import PRIOR_SETS
@@ -69,8 +69,6 @@ from scalinfer.models.surface.size_scatter import size_basis, size_offsets
 
 __all__ = ["surface_model", "Exceeds", "SmallNormal", "IsotropicStudentT", "size_line_scale",
            "law_given_levels", "pinned_offset"]
-
-_LOG_2PI = math.log(2 * math.pi)
 
 #: NumPyro's distributions as this model builds them: unvalidated. Validation adds a support check to every log
 #: density (a select per element) and checks constant arguments at trace time, one JAX operation at a time,
@@ -132,7 +130,7 @@ class SmallNormal(dist.Distribution):
             for j in range(i):
                 acc = acc - L[..., i, j] * w[j]
             w.append(acc * (1.0 / L[..., i, i]))
-        return sum(-0.5 * wi * wi - jnp.log(L[..., i, i]) - 0.5 * _LOG_2PI for i, wi in enumerate(w))
+        return sum(-0.5 * wi * wi - jnp.log(L[..., i, i]) - HALF_LOG_2PI for i, wi in enumerate(w))
 
 
 class IsotropicStudentT(dist.Distribution):
