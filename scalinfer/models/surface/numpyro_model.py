@@ -50,7 +50,6 @@ validation (the model builds their arguments valid); both keep the potential in 
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -60,7 +59,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from scalinfer.models.distributions import HALF_LOG_2PI, Beta, Gamma, Normal, StudentT
+from scalinfer.models.distributions import HALF_LOG_2PI, Beta, Gamma, HalfNormal, Normal, StudentT
 from scalinfer.models.surface.design import LEFT_OUT, fill_left_out
 from scalinfer.models.surface.loss import laws, surface_terms
 from scalinfer.models.surface.population import PRIOR_SETS
@@ -70,13 +69,12 @@ from scalinfer.models.surface.size_scatter import size_basis, size_offsets
 __all__ = ["surface_model", "Exceeds", "SmallNormal", "IsotropicStudentT", "size_line_scale",
            "law_given_levels", "pinned_offset"]
 
-#: NumPyro's distributions as this model builds them: unvalidated. Validation adds a support check to every log
-#: density (a select per element) and checks constant arguments at trace time, one JAX operation at a time,
-#: each compiled on its own; the model builds every argument valid and its parameters reach their supports
-#: through NumPyro's transforms, so neither can fail here (the data are checked where they are read). `Beta`,
-#: `Gamma`, `Normal` and `StudentT` have their log densities written out as well (`scalinfer.models.distributions`;
-#: `Normal`'s ``scale_factor``: the priors' scales in units of the data's h_N, h_D share 1/h and log h).
-HalfNormal = functools.partial(dist.HalfNormal, validate_args=False)
+# NumPyro's distributions as this model builds them: unvalidated (`scalinfer.models.distributions`, and the
+# distributions below). Validation adds a support check to every log density (a select per element) and checks
+# arguments at trace time; the model builds every argument valid and its parameters reach their supports through
+# NumPyro's transforms, so neither can fail here (the data are checked where they are read). `Beta`, `Gamma`,
+# `Normal` and `StudentT` have their log densities written out as well (`Normal`'s ``scale_factor``: the priors'
+# scales in units of the data's h_N, h_D share 1/h and log h).
 
 
 class Exceeds(dist.Distribution):
@@ -88,7 +86,7 @@ class Exceeds(dist.Distribution):
     arg_constraints = {"z": dist.constraints.real}
     support = dist.constraints.boolean
 
-    def __init__(self, z, *, validate_args=None):
+    def __init__(self, z, *, validate_args=False):
         self.z = z
         super().__init__(batch_shape=jnp.shape(z), validate_args=validate_args)
 
