@@ -17,8 +17,9 @@ are NumPyro's, written out so that a model's program stays small:
   terms as arrays (its ten shifts, its two Stirling tails) rather than one by one: XLA:CPU compiles each division
   or log that several operations read as a kernel of its own, and kernels are most of what a program costs to
   compile (benchmarks/README.md, "fit_speed.py").
+- `HalfNormal` keeps NumPyro's log density; only the Normal inside it, which NumPyro validates by default, is not.
 
-``tests/test_distributions.py`` checks each against NumPyro's log density (Gamma's and StudentT's gradients too).
+``tests/test_distributions.py`` checks each against NumPyro's log density (Gamma's, StudentT's and HalfNormal's gradients too).
 """
 
 from __future__ import annotations
