@@ -17,7 +17,7 @@ are NumPyro's, written out so that a model's program stays small:
   terms as arrays (its ten shifts, its two Stirling tails) rather than one by one: XLA:CPU compiles each division
   or log that several operations read as a kernel of its own, and kernels are most of what a program costs to
   compile (benchmarks/README.md, "fit_speed.py").
-- `HalfNormal` keeps NumPyro's log density; only the Normal inside it, which NumPyro validates by default, is not.
+- `HalfNormal` keeps NumPyro's log density, without the support check of the Normal it comes from.
 
 ``tests/test_distributions.py`` checks each against NumPyro's log density (Gamma's, StudentT's and HalfNormal's gradients too).
 """
@@ -129,15 +129,17 @@ class StudentT(dist.StudentT):
 
 class HalfNormal(dist.HalfNormal):
     """NumPyro's half-normal, unvalidated through and through: NumPyro (0.22) validates a distribution unless it is
-    told not to, and its HalfNormal builds the Normal its log density comes from without passing the flag on, so
+    told not to, and its HalfNormal takes its log density from a Normal it builds without passing the flag on, so
     that Normal checked every value's support and selected its log density by the result (a select per site,
-    traced in every program that evaluates the potential). The log density is NumPyro's, term for term, on the
-    support x > 0 (a model's site reaches it through NumPyro's exp transform); outside it, this one gives the
-    density's formula where NumPyro's gives -inf."""
+    traced in every program that evaluates the potential). The log density here is NumPyro's, the same operations
+    (log N(x; 0, sigma) + log 2) through an unvalidated Normal, on the support x > 0 (a model's site reaches it
+    through NumPyro's exp transform); outside it, this one gives the formula where NumPyro's gives -inf."""
 
     def __init__(self, scale):
         super().__init__(scale, validate_args=False)
-        self._normal = dist.Normal(0.0, scale, validate_args=False)
+
+    def log_prob(self, value):
+        return dist.Normal(0.0, self.scale, validate_args=False).log_prob(value) + jnp.log(2)
 
 
 class Normal(dist.Normal):
