@@ -90,7 +90,6 @@ def test_student_t_is_numpyros():
                 np.testing.assert_allclose(o, t, rtol=1e-11, atol=1e-12)
 
 
-
 def test_normal_is_numpyros():
     """`Normal` (standardized by a product with 1/sigma, and with ``scale_factor`` sigma = scale * h) gives NumPyro's
     Normal(loc, scale * h) log density and its gradient in the value, loc, scale and h, to float64 rounding (rtol

@@ -239,6 +239,7 @@ def test_the_mode_search_runs_numpy_blas_on_one_thread_and_restores_the_callers_
     from threadpoolctl import threadpool_info, threadpool_limits
 
     import scalinfer.inference.optimize as optimize
+
     configure()
     x = np.linspace(-1.0, 1.0, 20)
     seen = []
@@ -251,6 +252,7 @@ def test_the_mode_search_runs_numpy_blas_on_one_thread_and_restores_the_callers_
     monkeypatch.setattr(optimize, "_newton", spy)
     with threadpool_limits(limits=2, user_api="blas"):  # the caller's setting, whatever the machine's default
         before = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+        assert before and set(before) == {2}  # NumPy's BLAS is seen (else the checks below would hold vacuously)
         assert find_map(regression, {"x": x, "y": 1.0 + x}, {"a": 0.0, "b": 0.0}).converged
         assert seen and all(n == 1 for n in seen[0])
         assert [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"] == before

@@ -19,7 +19,8 @@ are NumPyro's, written out so that a model's program stays small:
   compile (benchmarks/README.md, "fit_speed.py").
 - `HalfNormal` keeps NumPyro's log density, without the support check of the Normal it comes from.
 
-``tests/test_distributions.py`` checks each against NumPyro's log density (Gamma's, StudentT's and HalfNormal's gradients too).
+``tests/test_distributions.py`` checks each against NumPyro's log density (Gamma's, StudentT's and HalfNormal's
+gradients too).
 """
 
 from __future__ import annotations
