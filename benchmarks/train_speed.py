@@ -8,8 +8,12 @@ in the same process (so a busy machine lowers both). Model FLOPs per token are
 MoE/dense ratio compares the step time of the MoE preset with its ``-dense`` counterpart, which has
 the same active parameters and FLOPs per token. Like `scalinfer.train.train`, it first calls
 `scalinfer.train.loop.tune_malloc` (``SCALINFER_NO_MALLOC_TUNING=1`` measures without: cal-xs
-MoE 158 -> 103 ms per step, MFU 24% -> 36%). The models alternate in rounds and each keeps its
-fastest step, as the peak keeps its fastest matmul: on a shared machine the median is also printed.
+MoE 158 -> 103 ms per step, MFU 24% -> 36%). The models alternate in rounds, and every figure that
+judges #26 (``tokens_per_s``, ``mfu``, ``moe_dense_step_ratio``, per preset) comes from the MEDIAN step;
+the table also prints each model's fastest step and the interquartile range of its steps (the spread),
+and the JSON carries ``mfu_fastest`` and ``moe_dense_step_ratio_fastest``, the figures of the fastest
+steps (what entries before 2026-12-06 evening reported). The peak is the fastest matmul of the run
+(a peak is a best case by definition).
 Diagnostics (`scalinfer.train.diagnostics`): the first MoE preset's step with diagnostics
 (``make_train_step(..., diagnostics=True)``) is timed against its plain step, alternating, in
 CPU seconds of the process (all of XLA's threads; on a loaded machine wall time mostly measures
@@ -118,8 +122,8 @@ def measure(name: str, steps: int, rounds: int, batch_tokens: int | None, peaks:
     cfgs = {name: preset(name), name + "-dense": preset(name + "-dense")}
     if batch_tokens:
         cfgs = {k: dataclasses.replace(c, batch_tokens=batch_tokens, micro_batch_tokens=None) for k, c in cfgs.items()}
-    # Other work on the machine slows some steps: alternate the models in rounds and keep each
-    # one's fastest step (and the fastest matmul), the best the machine does for each.
+    # Other work on the machine slows some steps: alternate the models in rounds, so that a slow spell
+    # falls on both; the figures are the medians, with the fastest step and the quartiles beside them.
     steppers = {k: Stepper(c) for k, c in cfgs.items()}
     times = {k: [] for k in steppers}
     for _ in range(rounds):
@@ -129,13 +133,17 @@ def measure(name: str, steps: int, rounds: int, batch_tokens: int | None, peaks:
     rows = []
     for k, cfg in cfgs.items():
         fpt = flops_per_token(cfg.model)
-        step_s = min(times[k])
+        step_s = float(np.median(times[k]))
+        fastest_s = min(times[k])
+        q25, q75 = np.percentile(times[k], [25, 75])
         tps = cfg.micro_tokens / step_s
         counts = param_counts(cfg.model)
         rows.append({"model": k, "N_total": counts.non_embedding, "N_active": counts.non_embedding_active,
-                     "batch_tokens": cfg.micro_tokens, "step_ms": 1e3 * step_s,
-                     "median_ms": 1e3 * float(np.median(times[k])), "tokens_per_s": tps,
-                     "flops_per_token": fpt, "achieved_flops": tps * fpt, "compile_s": steppers[k].compile_s,
+                     "batch_tokens": cfg.micro_tokens, "steps": len(times[k]), "median_ms": 1e3 * step_s,
+                     "fastest_ms": 1e3 * fastest_s, "iqr_ms": [1e3 * float(q25), 1e3 * float(q75)],
+                     "tokens_per_s": tps, "flops_per_token": fpt, "achieved_flops": tps * fpt,
+                     "achieved_flops_fastest": cfg.micro_tokens / fastest_s * fpt,
+                     "compile_s": steppers[k].compile_s,
                      "dropped_fraction": float(steppers[k].metrics["dropped_fraction"])})
     return rows
 
@@ -184,18 +192,24 @@ def main(argv=None) -> dict:
     peak = max(peaks)
     for r in rows:
         r["mfu"] = r["achieved_flops"] / peak
+        r["mfu_fastest"] = r["achieved_flops_fastest"] / peak
     print(f"devices: {jax.device_count()} x {jax.devices()[0].device_kind}; cores: {os.cpu_count()}; "
           f"load average: {os.getloadavg()[0]:.1f}; float32 matmul peak: {peak / 1e9:.1f} GFLOP/s; "
           f"malloc tuned: {malloc_tuned}; jax {jax.__version__}, jaxlib {jaxlib_version}")
-    print(f"{'model':<14}{'N_total':>10}{'N_active':>10}{'batch':>7}{'step ms':>9}{'median':>8}{'tok/s':>10}"
-          f"{'MFLOP/tok':>10}{'GFLOP/s':>9}{'MFU':>7}{'drop':>6}{'compile s':>10}")
+    print("step times in ms over the timed steps: median (the judged figure), fastest, interquartile range")
+    print(f"{'model':<14}{'N_total':>10}{'N_active':>10}{'batch':>7}{'median':>8}{'fastest':>8}{'IQR':>14}"
+          f"{'tok/s':>10}{'MFLOP/tok':>10}{'GFLOP/s':>9}{'MFU':>7}{'fastest':>8}{'drop':>6}{'compile s':>10}")
     for r in rows:
-        print(f"{r['model']:<14}{r['N_total']:>10,}{r['N_active']:>10,}{r['batch_tokens']:>7}{r['step_ms']:>9.1f}"
-              f"{r['median_ms']:>8.1f}{r['tokens_per_s']:>10.0f}{r['flops_per_token'] / 1e6:>10.2f}"
-              f"{r['achieved_flops'] / 1e9:>9.1f}{r['mfu']:>7.1%}{r['dropped_fraction']:>6.1%}{r['compile_s']:>10.1f}")
-    ratios = {n: rows[2 * i]["step_ms"] / rows[2 * i + 1]["step_ms"] for i, n in enumerate(names)}
+        iqr = f"{r['iqr_ms'][0]:.1f}-{r['iqr_ms'][1]:.1f}"
+        print(f"{r['model']:<14}{r['N_total']:>10,}{r['N_active']:>10,}{r['batch_tokens']:>7}{r['median_ms']:>8.1f}"
+              f"{r['fastest_ms']:>8.1f}{iqr:>14}{r['tokens_per_s']:>10.0f}{r['flops_per_token'] / 1e6:>10.2f}"
+              f"{r['achieved_flops'] / 1e9:>9.1f}{r['mfu']:>7.1%}{r['mfu_fastest']:>8.1%}{r['dropped_fraction']:>6.1%}"
+              f"{r['compile_s']:>10.1f}")
+    ratios = {n: rows[2 * i]["median_ms"] / rows[2 * i + 1]["median_ms"] for i, n in enumerate(names)}
+    ratios_fastest = {n: rows[2 * i]["fastest_ms"] / rows[2 * i + 1]["fastest_ms"] for i, n in enumerate(names)}
     for n, ratio in ratios.items():
-        print(f"{n}: MoE / dense step time (same active FLOPs): {ratio:.2f}")
+        print(f"{n}: MoE / dense step time (same active FLOPs): {ratio:.2f} of the medians, "
+              f"{ratios_fastest[n]:.2f} of the fastest steps")
     diag = None
     if args.diagnostics_every > 0:
         cfg = preset(names[0])
@@ -215,10 +229,16 @@ def main(argv=None) -> dict:
               f"{rows[0]['median_ms']:.1f} ms: the loop adds {loop['overhead']:+.1%} ({loop['steps']} steps)")
     head = rows[0]
     result = {"tokens_per_s": head["tokens_per_s"], "mfu": head["mfu"], "moe_dense_step_ratio": ratios[names[0]],
+              "mfu_fastest": head["mfu_fastest"], "moe_dense_step_ratio_fastest": ratios_fastest[names[0]],
               "matmul_peak_flops": peak, "preset": names[0], "flops_per_token": head["flops_per_token"],
               "achieved_flops": head["achieved_flops"], "dense_mfu": rows[1]["mfu"],
               "per_preset": {n: {"mfu": rows[2 * i]["mfu"], "dense_mfu": rows[2 * i + 1]["mfu"],
-                                 "tokens_per_s": rows[2 * i]["tokens_per_s"], "moe_dense_step_ratio": ratios[n]}
+                                 "tokens_per_s": rows[2 * i]["tokens_per_s"], "moe_dense_step_ratio": ratios[n],
+                                 "mfu_fastest": rows[2 * i]["mfu_fastest"],
+                                 "dense_mfu_fastest": rows[2 * i + 1]["mfu_fastest"],
+                                 "moe_dense_step_ratio_fastest": ratios_fastest[n],
+                                 "median_ms": rows[2 * i]["median_ms"], "dense_median_ms": rows[2 * i + 1]["median_ms"],
+                                 "iqr_ms": rows[2 * i]["iqr_ms"], "dense_iqr_ms": rows[2 * i + 1]["iqr_ms"]}
                              for i, n in enumerate(names)},
               "load_average": os.getloadavg()[0], "malloc_tuned": malloc_tuned,
               "diagnostics_overhead": diag["overhead"] if diag else None,
