@@ -146,7 +146,11 @@ def test_kill_9_and_resume_is_exact(tmp_path):
     ref = _losses(ref_dir / "metrics.jsonl")
     tmp_path = tmp_path / "killed"
     cmd[cmd.index(str(tmp_path.parent))] = str(tmp_path)
-    proc = subprocess.Popen(cmd, env=_subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # the child's stderr goes to a file, not a pipe: nobody reads a pipe while it runs (a full one would
+    # block the child) and a file leaves no handle open after the kill
+    stderr_log = tmp_path.parent / "killed-run.stderr"
+    with open(stderr_log, "wb") as err:
+        proc = subprocess.Popen(cmd, env=_subprocess_env(), stdout=subprocess.DEVNULL, stderr=err)
     metrics = tmp_path / "metrics.jsonl"
     deadline = time.time() + 240
     try:
@@ -154,7 +158,7 @@ def test_kill_9_and_resume_is_exact(tmp_path):
             if metrics.exists() and len(metrics.read_text().splitlines()) >= 25:
                 break
             time.sleep(0.05)
-        assert proc.poll() is None, f"the run ended before it could be killed: {proc.communicate()[1][-2000:]}"
+        assert proc.poll() is None, f"the run ended before it could be killed: {stderr_log.read_text()[-2000:]}"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     finally:
