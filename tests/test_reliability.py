@@ -31,7 +31,7 @@ import pytest
 from scalinfer import _io
 from scalinfer.errors import TrainError
 from scalinfer.train import apply_overrides, preset, train
-from scalinfer.train.checkpoint import Checkpointer, CheckpointWarning
+from scalinfer.train.checkpoint import FILE_LIST, Checkpointer, CheckpointWarning
 from scalinfer.train.records import MetricsLog, append_records, read_records
 from scalinfer.sweep import merge, parse_sweep, run_one
 
@@ -110,6 +110,94 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(interrupted, t
     ckpts = out / "checkpoints"
     assert (ckpts / "10.corrupt").is_dir()          # kept for inspection, out of orbax's way
     assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [15, 20]
+
+
+def _crc32(path: Path) -> int:
+    import zlib
+    return zlib.crc32(path.read_bytes())
+
+
+def test_every_saved_step_lists_its_files(interrupted, tmp_path):
+    """Each checkpoint step lists every file orbax wrote with its size and CRC-32, and the lists still match
+    after the run resumed (reading step 10) and finished, keeping every step (orbax changes no file of a saved
+    step afterwards; a list gone stale would make a healthy checkpoint look damaged)."""
+    src, _ = interrupted
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    train(_config("keep_checkpoints=4"), out)
+    steps = [p for p in (out / "checkpoints").iterdir() if p.name.isdigit()]
+    assert sorted(int(p.name) for p in steps) == [5, 10, 15, 20]
+    for step_dir in steps:
+        listed = json.loads((step_dir / FILE_LIST).read_text())
+        files = {p.relative_to(step_dir).as_posix(): p for p in step_dir.rglob("*")
+                 if p.is_file() and p.name != FILE_LIST}
+        assert sorted(listed) == sorted(files) and any(name.startswith("state/") for name in listed)
+        assert all(listed[name] == [p.stat().st_size, _crc32(p)] for name, p in files.items())
+
+
+def _bad_list(step_dir: Path) -> None:
+    (step_dir / FILE_LIST).write_text('{"state/_METADATA": 3}')
+
+
+@pytest.mark.parametrize("damage", [_truncate, _garbage, _delete, _bad_list],
+                         ids=["truncated", "garbage", "deleted", "bad-list"])
+def test_the_file_list_names_the_damaged_file(tmp_path, damage):
+    """A damaged step is found by its file list before orbax reads it: the warning names the file and what
+    is wrong with it."""
+    ckpt = Checkpointer(tmp_path, keep=None)
+    state = {"w": np.arange(4096, dtype=np.float32)}
+    for step in (1, 2):
+        ckpt.save(step, state, {"step": step})
+    name = (FILE_LIST if damage is _bad_list else
+            _array_file(tmp_path / "2").relative_to(tmp_path / "2").as_posix())
+    damage(tmp_path / "2")
+    why = {"_truncate": "has 0 bytes", "_garbage": "was changed after it was saved", "_delete": "is missing",
+           "_bad_list": "cannot be read"}
+    with pytest.warns(CheckpointWarning, match=rf"step 2: DamagedFile: {name} {why[damage.__name__]}"):
+        restored, meta = ckpt.restore_latest(state)
+    assert meta == {"step": 1}
+    np.testing.assert_array_equal(restored["w"], state["w"])
+    ckpt.close()
+
+
+def test_a_step_without_a_file_list_is_checked_by_orbax(tmp_path):
+    """A step saved without the file list (by an earlier version) restores, and damage to it is still found,
+    by orbax's own checksums."""
+    ckpt = Checkpointer(tmp_path, keep=None)
+    state = {"w": np.arange(4096, dtype=np.float32)}
+    for step in (1, 2, 3):
+        ckpt.save(step, state, {"step": step})
+    for step in (2, 3):
+        (tmp_path / str(step) / FILE_LIST).unlink()
+    _garbage(tmp_path / "3")
+    with pytest.warns(CheckpointWarning, match=r"step 3: ValueError: .*falling back to step 2"):
+        restored, meta = ckpt.restore_latest(state)
+    assert meta == {"step": 2}
+    np.testing.assert_array_equal(restored["w"], state["w"])
+    ckpt.close()
+
+
+@pytest.mark.slow
+def test_resuming_past_a_damaged_checkpoint_prints_the_warning_alone(interrupted, tmp_path):
+    """The command a user runs, on a run whose latest checkpoint was truncated: stderr holds the one-line
+    warning and nothing else (orbax, left to find the damage itself, printed ~1,000 lines of tracebacks of its
+    abandoned reads around it)."""
+    import subprocess
+    import sys
+
+    src, _ = interrupted
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    _truncate(out / "checkpoints" / "10")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-m", "scalinfer.cli", "train", "--preset", "tiny", *OVERRIDES,
+                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    warning = [line for line in done.stderr.splitlines() if "CheckpointWarning" in line]
+    assert len(warning) == 1 and "falling back to step 5" in warning[0], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr[:2000]
+    assert len(done.stderr.splitlines()) <= 3, done.stderr[:2000]  # the warning, its source line, nothing more
 
 
 def test_no_restorable_checkpoint_is_a_train_error(interrupted, tmp_path):
