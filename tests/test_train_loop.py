@@ -178,6 +178,60 @@ def test_kill_9_and_resume_is_exact(tmp_path):
     np.testing.assert_allclose([got[s] for s in got], [ref[s] for s in got], rtol=1e-6, atol=0)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_run_with_a_checkpoint_of_its_last_step(tmp_path, sig):
+    """Ctrl-C (SIGINT) or a scheduler's SIGTERM to `scalinfer train`: the run stops after the step in flight and
+    saves a checkpoint of it (periodic checkpoints are off here, so it is the signal's), says so on stderr and
+    exits 128 + the signal's number; the rerun resumes from that step, redoing nothing, and follows the
+    uninterrupted trajectory exactly."""
+    out = tmp_path / "run"
+    base = ["train", "--preset", "tiny", *OVERRIDES, "checkpoint_every=100000"]
+    args = [*base, "--out", str(out)]
+    # SIGINT set to its default first: a test runner started in the background passes on SIGINT ignored, and
+    # `scalinfer train` keeps a signal ignored that it was started ignoring
+    launcher = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                "sys.argv = ['scalinfer', *sys.argv[1:]]; runpy.run_module('scalinfer.cli', run_name='__main__')")
+    stderr_log = tmp_path / "stderr.log"
+    with open(stderr_log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-c", launcher, *args], env=_subprocess_env(),
+                                stdout=subprocess.DEVNULL, stderr=err)
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 25:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, f"the run ended before the signal: {stderr_log.read_text()[-2000:]}"
+        proc.send_signal(sig)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stderr = stderr_log.read_text()
+    assert proc.returncode == 128 + sig.value, stderr[-2000:]
+    logged = sorted(_losses(metrics))
+    stop = logged[-1]
+    assert logged == list(range(1, stop + 1)) and 25 <= stop < 100     # in the main run, before its branch forks
+    assert f"stopped on {sig.name} at step {stop}, its checkpoint saved" in stderr, stderr[-2000:]
+    assert sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit()) == [stop]
+    assert not (out / "runs.jsonl").exists()
+
+    end = f"stop_after_steps={stop + 20}"
+    done = subprocess.run([sys.executable, "-m", "scalinfer.cli", *base, end, "--out", str(out)],
+                          env=_subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = _losses(metrics)
+    assert sorted(got) == list(range(1, stop + 21))                     # nothing redone, nothing skipped
+    done = subprocess.run([sys.executable, "-m", "scalinfer.cli", *base, end, "--out", str(tmp_path / "reference")],
+                          env=_subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ref = _losses(tmp_path / "reference" / "metrics.jsonl")
+    np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(got)], rtol=1e-6, atol=0)
+
+
 def test_divergence_is_recorded_not_raised(tmp_path):
     records = train(_config("lr=1e30", "total_tokens=40960", "decay_points=[0.6]"), tmp_path)
     assert [r["diverged"] for r in records] == [True, True]

@@ -6,13 +6,23 @@ The preset (default ``tiny``; see ``--help`` for the list) gives the defaults, t
 overrides them, the ``key=value`` pairs override both (`scalinfer.train.config`). Rerunning
 with the same ``--out`` resumes from the latest checkpoint. ``--dry-run`` prints the resolved
 configuration and plan without training.
+
+Ctrl-C (SIGINT) or SIGTERM (a scheduler's preemption) stops the run after the step in flight and saves a
+checkpoint of it, so that the rerun loses nothing (exit code 130, or 143 for SIGTERM); a second signal stops
+at once, losing the steps since the latest checkpoint. A decay branch stopped so is trained again from its
+fork. Not in a multi-host job (its processes would stop at different steps): there the first signal stops
+the process at once. SIGINT stays ignored where the command was started ignoring it (a background job).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
+from pathlib import Path
 
 from scalinfer.cli._args import PRESET_NAMES
 
@@ -43,8 +53,15 @@ def cmd_train(args: argparse.Namespace) -> int:
             "params": counts._asdict(), "flops_per_token": flops_per_token(cfg.model),
         }, indent=2))
         return 0
-    records = train(cfg, args.out)
+    with _stop_on_signal(enabled=not cfg.multihost) as received:
+        records = train(cfg, args.out, stop_requested=lambda: bool(received))
     if not records:
+        if received:
+            step = max((int(p.name) for p in (Path(args.out) / "checkpoints").iterdir() if p.name.isdigit()),
+                       default=0)
+            print(f"{cfg.name}: stopped on {received[0].name} at step {step}, its checkpoint saved; rerun the same "
+                  f"command (--out {args.out}) to resume", file=sys.stderr)
+            return 128 + received[0].value
         print(f"{cfg.name}: stopped after {cfg.stop_after_steps} steps; rerun with --out {args.out} to resume",
               file=sys.stderr)
         return 0
@@ -52,6 +69,36 @@ def cmd_train(args: argparse.Namespace) -> int:
         loss = "diverged" if r["diverged"] else f"loss {r['loss']:.4f}"
         print(f"{r['run_id']}: N {r['N']:.3g} (active {r['N_active']:.3g}), D {r['D']:.3g}, {loss}")
     return 0
+
+
+@contextlib.contextmanager
+def _stop_on_signal(enabled: bool = True):
+    """While the block runs, the first SIGINT or SIGTERM is appended to the yielded list (the run stops at its
+    next step boundary) and announced on stderr, and the previous handlers are put back, so that a second
+    signal acts as it would have. Handlers are put back on exit too. Nothing is installed when not
+    ``enabled``, off the main thread, or for a signal the process ignores."""
+    received: list[signal.Signals] = []
+    previous = {}
+
+    def restore():
+        while previous:
+            s, h = previous.popitem()
+            signal.signal(s, signal.SIG_DFL if h is None else h)
+
+    def handler(signum, frame):
+        received.append(signal.Signals(signum))
+        restore()
+        print(f"\n{received[0].name}: stopping after the current step and saving a checkpoint (once more to stop at "
+              f"once, losing the steps since the latest checkpoint)", file=sys.stderr, flush=True)
+
+    if enabled and threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(s) is not signal.SIG_IGN:
+                previous[s] = signal.signal(s, handler)
+    try:
+        yield received
+    finally:
+        restore()
 
 
 def register(subparsers) -> None:

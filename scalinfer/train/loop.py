@@ -272,9 +272,12 @@ class _Runner:
 
     def run_steps(self, state: TrainState, meta: dict, end_tokens: int, lr_of, log: MetricsLog,
                   on_step=None, stop_after: int | None = None, bar=None,
-                  diag_log: MetricsLog | None = None, on_step_due=None) -> tuple[TrainState, dict, str]:
+                  diag_log: MetricsLog | None = None, on_step_due=None,
+                  stop_requested=None) -> tuple[TrainState, dict, str]:
         """Train until ``end_tokens`` tokens are seen. Returns (state, meta, status) with status
-        ``done``, ``diverged`` or ``stopped``. ``meta`` carries the data position, tokens seen,
+        ``done``, ``diverged`` or ``stopped`` (after step ``stop_after``, or once ``stop_requested()``, asked
+        before each step, says so; the state and ``meta`` are then those after the last step, settled).
+        ``meta`` carries the data position, tokens seen,
         wall time and the B_simple moving averages. Steps whose number is a multiple of
         ``diagnostics_every`` run the diagnostics step and write a line to ``diag_log``.
 
@@ -292,6 +295,7 @@ class _Runner:
         lrs, first = _lr_table(lr_of, self.plan.batch_at, meta["tokens"], end_tokens), meta["step"]
         due = on_step_due or (lambda mt: True)
         pending = None  # the dispatched step whose metrics are not fetched yet
+        stopped = False
         mark = time.perf_counter()
 
         def settle(p) -> bool:
@@ -345,6 +349,9 @@ class _Runner:
                     return state, meta, "diverged"
             if stop_after is not None and meta["step"] >= stop_after:
                 break
+            if stop_requested is not None and stop_requested():
+                stopped = True
+                break
             batch_tokens = self.plan.batch_at(meta["tokens"])
             lr = float(lrs[meta["step"] - first])
             batch, n_micro = self.batch(meta["position"], batch_tokens)
@@ -361,7 +368,7 @@ class _Runner:
                 return state, meta, "diverged"
         if pending is not None and not finish(pending):
             return state, meta, "diverged"
-        if stop_after is not None and meta["step"] >= stop_after and meta["tokens"] < end_tokens:
+        if (stopped or stop_after is not None and meta["step"] >= stop_after) and meta["tokens"] < end_tokens:
             return state, meta, "stopped"
         return state, meta, "done"
 
@@ -416,14 +423,18 @@ def _fresh_meta() -> dict[str, Any]:
     return {"step": 0, "tokens": 0, "position": 0, "wall_s": 0.0}
 
 
-def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any]]:
+def train(config: TrainConfig | dict, out_dir: str | Path, stop_requested=None) -> list[dict[str, Any]]:
     """Train one configuration (resuming from ``out_dir`` if it holds a checkpoint).
 
     ``config`` is a `TrainConfig` or a nested dict laid out like the TOML file (an optional
     ``"preset"`` key names the defaults, else ``tiny``). Returns the run-table records of the main
     run and of each decay branch (all of them, also those written by an earlier, interrupted
-    invocation), or ``[]`` when ``stop_after_steps`` stopped the run before its end. Records are
-    appended to ``out_dir/runs.jsonl`` (or ``runs_table``).
+    invocation), or ``[]`` when the run stopped before its end: after ``stop_after_steps``, or at the
+    first step boundary where ``stop_requested()`` (a callable, asked before each step; e.g. set by a
+    signal handler, as ``scalinfer train`` does on Ctrl-C) returns True. The main run then saves a
+    checkpoint of its last step, so that a rerun resumes where it stopped; a decay branch stopped so is
+    trained again from its fork by the rerun (branches keep no checkpoints). Records are appended to
+    ``out_dir/runs.jsonl`` (or ``runs_table``).
 
     Examples
     --------
@@ -503,7 +514,7 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
             with _progress(cfg, plan.steps, meta["step"], cfg.name) as bar:
                 state, meta, status = runner.run_steps(
                     state, meta, plan.total_tokens, plan.lr_main(), log, on_step, cfg.stop_after_steps, bar,
-                    diag_log, on_step_due)
+                    diag_log, on_step_due, stop_requested)
             diag_log.close()
             if status == "stopped":
                 ckpt.save(meta["step"], state, dict(meta))
@@ -545,8 +556,11 @@ def train(config: TrainConfig | dict, out_dir: str | Path) -> list[dict[str, Any
                                enabled=primary and cfg.diagnostics_every > 0)
             with _progress(cfg, None, 0, b.name) as bar:
                 bstate, bmeta, bstatus = runner.run_steps(bstate, bmeta, b.end_tokens, plan.lr_branch(b), blog,
-                                                          bar=bar, diag_log=bdiag)
+                                                          bar=bar, diag_log=bdiag, stop_requested=stop_requested)
             bdiag.close()
+            if bstatus == "stopped":  # a rerun trains the branch again from its fork
+                blog.close()
+                return []
             loss = runner.evaluate(bstate.params) if bstatus == "done" else math.nan
             blog.write({"step": bmeta["step"], "tokens": bmeta["tokens"], "eval_loss": loss})
             blog.close()
