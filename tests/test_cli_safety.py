@@ -7,6 +7,8 @@ under test) and asserts the exit code, the one-line message and that no file out
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import stat
@@ -325,6 +327,15 @@ def _latest(run_dir: Path) -> int:
     return max((int(p.name) for p in d.iterdir() if p.name.isdigit()), default=-1) if d.is_dir() else -1
 
 
+def _last_logged_step(run_dir: Path) -> int:
+    """The last step in the run's metrics log (a line still being written is not counted)."""
+    steps = [-1]
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            steps.append(json.loads(line)["step"])
+    return max(steps)
+
+
 def _start_sweep(tmp_path: Path):
     """A two-run sweep of the smallest model in a child process; returns (parent, worker pid, its run folder)
     once the worker has written a checkpoint."""
@@ -365,8 +376,9 @@ def _wait_stopped(pid: int, seconds: float) -> bool:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_to_the_sweep_stops_its_workers(tmp_path, sig):
     """SIGINT or SIGTERM to the sweep's parent (not to its group, as `kill PID` sends it) stops the workers,
-    and the parent exits once they have: 130 after SIGINT, killed by SIGTERM after SIGTERM."""
-    parent, worker, _ = _start_sweep(tmp_path)
+    each after its step in flight with a checkpoint of that step (nothing to redo), and the parent exits once
+    they have: 130 after SIGINT, killed by SIGTERM after SIGTERM."""
+    parent, worker, run_dir = _start_sweep(tmp_path)
     try:
         parent.send_signal(sig)
         # the parent waits for its worker, which stops after its current step (and may still be compiling it
@@ -374,6 +386,7 @@ def test_signal_to_the_sweep_stops_its_workers(tmp_path, sig):
         _, err = parent.communicate(timeout=120)
         assert _wait_stopped(worker, 10), f"worker {worker} still running after the parent got {sig!r}"
         assert parent.returncode == (130 if sig == signal.SIGINT else -signal.SIGTERM), (parent.returncode, err)
+        assert _latest(run_dir) == _last_logged_step(run_dir), err
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -382,18 +395,49 @@ def test_signal_to_the_sweep_stops_its_workers(tmp_path, sig):
 
 
 @pytest.mark.slow
+def test_sigterm_to_a_one_run_sweep_saves_its_last_step(tmp_path):
+    """`scalinfer sweep --index I` (a scheduler's array task) preempted with SIGTERM: the run stops after its step
+    in flight with a checkpoint of it, and the command exits 143 (128 + SIGTERM); the rerun goes on from there."""
+    from scalinfer.sweep import load_sweep
+
+    path = tmp_path / "sweep.toml"
+    path.write_text(SWEEP.format(total=512 * 4000))
+    out = tmp_path / "out"
+    run_dir = load_sweep(path).runs[0].directory(out)
+    cmd = [sys.executable, "-m", "scalinfer.cli", "sweep", str(path), "--out", str(out), "--index", "0"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with open(tmp_path / "stderr.log", "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not ((run_dir / "metrics.jsonl").exists() and _last_logged_step(run_dir) > 25):
+            assert proc.poll() is None, (tmp_path / "stderr.log").read_text()[-2000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stderr = (tmp_path / "stderr.log").read_text()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    stop = _last_logged_step(run_dir)
+    assert _latest(run_dir) == stop > 25, stderr[-2000:]  # past the periodic checkpoint of step 20: the signal's
+    assert "SIGTERM: stopping after the current step" in stderr and "stopped early (asked to stop" in stderr
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
 def test_worker_of_a_killed_parent_stops_after_its_checkpoint(tmp_path):
-    """kill -9 of the sweep's parent left its workers training; now each stops after its next checkpoint,
-    claims no other run, and writes what it says to its log file."""
+    """kill -9 of the sweep's parent left its workers training; now each stops after its step in flight with a
+    checkpoint of that step, claims no other run, and writes what it says to its log file."""
     parent, worker, run_dir = _start_sweep(tmp_path)
     try:
-        seen = _latest(run_dir)
         parent.kill()
         parent.wait(timeout=10)
-        # generous, as above: the worker goes on to its next checkpoint first (60 s ran out once under load)
+        # generous, as above: the worker may still be compiling on a loaded machine
         assert _wait_stopped(worker, 240), f"worker {worker} still running 240 s after its parent died"
-        assert _latest(run_dir) > seen  # it went on to its next checkpoint, then stopped
+        assert _latest(run_dir) == _last_logged_step(run_dir)  # a checkpoint of its last step: nothing to redo
         log = (run_dir.parent.parent / "logs" / "worker-0.log").read_text()
         assert "parent process is gone" in log
         runs = [d for d in (run_dir.parent).iterdir() if d.is_dir()]

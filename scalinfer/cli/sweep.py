@@ -12,7 +12,10 @@
 A sweep re-run with the same ``--out`` skips finished runs and resumes interrupted ones. ``--only`` and
 ``--index`` let a scheduler launch one run per task (Slurm: ``--index $SLURM_ARRAY_TASK_ID``) on machines
 that share ``DIR``; ``--merge`` then (re)builds ``DIR/runs.jsonl`` and ``DIR/manifest.json``. Exit codes:
-0 every run done, 1 some runs failed, are unfinished or a worker died (rerun to resume), 2 bad input.
+0 every run done, 1 some runs failed, are unfinished or a worker died (rerun to resume), 2 bad input, 128 +
+the signal's number when SIGINT (Ctrl-C) or SIGTERM stopped ``--only``'s or ``--index``'s run (after its step
+in flight, with a checkpoint of it: a rerun loses nothing; a second signal stops it at once). With workers,
+Ctrl-C stops each worker's run the same way (`scalinfer.sweep.runner`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import sys
 from typing import Sequence
 
 from scalinfer.cli._args import PRESET_NAMES, add_force, ints, positive
+from scalinfer.cli._signals import stop_on_signal
 from scalinfer.errors import TrainError
 
 __all__ = ["register", "cmd_plan", "cmd_sweep", "worker_main"]
@@ -92,13 +96,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not args.out:
         raise TrainError("scalinfer sweep needs --out DIR")
     check_output_dir(args.out, inputs=[args.sweep], what="sweep folder")
-    res = run_sweep(args.sweep, args.out, workers=args.workers, only=args.only, index=args.index,
-                    delete_checkpoints=args.delete_checkpoints, progress=args.progress)
     one = args.only is not None or args.index is not None
+    # one run in this process: a signal stops it after its step in flight, with a checkpoint (workers: their own)
+    with stop_on_signal(enabled=one) as received:
+        res = run_sweep(args.sweep, args.out, workers=args.workers, only=args.only, index=args.index,
+                        delete_checkpoints=args.delete_checkpoints, progress=args.progress,
+                        stop_requested=lambda: bool(received))
     _report(res, sys.stderr, one=one)
     if one:
         sweep = load_sweep(args.sweep)
         run = sweep.find(args.only) if args.only is not None else sweep.runs[args.index]
+        if res.status[run.name].state != "done" and received:
+            return 128 + received[0].value
         return 0 if res.status[run.name].state == "done" else 1
     return 0 if res.complete else 1
 

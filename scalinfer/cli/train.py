@@ -17,14 +17,12 @@ the process at once. SIGINT stays ignored where the command was started ignoring
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from scalinfer.cli._args import PRESET_NAMES
+from scalinfer.cli._signals import stop_on_signal
 
 __all__ = ["register", "cmd_train"]
 
@@ -53,7 +51,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             "params": counts._asdict(), "flops_per_token": flops_per_token(cfg.model),
         }, indent=2))
         return 0
-    with _stop_on_signal(enabled=not cfg.multihost) as received:
+    with stop_on_signal(enabled=not cfg.multihost) as received:
         records = train(cfg, args.out, stop_requested=lambda: bool(received))
     if not records:
         if received:
@@ -69,36 +67,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         loss = "diverged" if r["diverged"] else f"loss {r['loss']:.4f}"
         print(f"{r['run_id']}: N {r['N']:.3g} (active {r['N_active']:.3g}), D {r['D']:.3g}, {loss}")
     return 0
-
-
-@contextlib.contextmanager
-def _stop_on_signal(enabled: bool = True):
-    """While the block runs, the first SIGINT or SIGTERM is appended to the yielded list (the run stops at its
-    next step boundary) and announced on stderr, and the previous handlers are put back, so that a second
-    signal acts as it would have. Handlers are put back on exit too. Nothing is installed when not
-    ``enabled``, off the main thread, or for a signal the process ignores."""
-    received: list[signal.Signals] = []
-    previous = {}
-
-    def restore():
-        while previous:
-            s, h = previous.popitem()
-            signal.signal(s, signal.SIG_DFL if h is None else h)
-
-    def handler(signum, frame):
-        received.append(signal.Signals(signum))
-        restore()
-        print(f"\n{received[0].name}: stopping after the current step and saving a checkpoint (once more to stop at "
-              f"once, losing the steps since the latest checkpoint)", file=sys.stderr, flush=True)
-
-    if enabled and threading.current_thread() is threading.main_thread():
-        for s in (signal.SIGINT, signal.SIGTERM):
-            if signal.getsignal(s) is not signal.SIG_IGN:
-                previous[s] = signal.signal(s, handler)
-    try:
-        yield received
-    finally:
-        restore()
 
 
 def register(subparsers) -> None:

@@ -8,10 +8,11 @@ duplicate record, because the merge keys every record by run id. The same claims
 ``--index`` safe to launch from any scheduler (one process per run, on many machines sharing ``DIR``).
 
 Stopping: each worker runs in a process group of its own, and SIGINT (Ctrl-C) or SIGTERM to the parent is
-passed on to every worker's group; a worker stops at once on either (its run resumable from its latest
-checkpoint) and the parent exits when they have. A worker whose parent died without passing anything on
-(``kill -9``) notices within a second (its parent process id changes), sends what it still prints to its log
-file, and stops once its current run writes its next checkpoint (or finishes), claiming no further run.
+passed on to every worker's group; on the first, a worker stops its run after the step in flight, saves a
+checkpoint of that step (the trainer's ``stop_requested``) and claims no further run, so that a re-run loses
+nothing; on a second, it stops at once (its run resumable from its latest checkpoint). The parent exits when
+the workers have. A worker whose parent died without passing anything on (``kill -9``) notices within a second
+(its parent process id changes), sends what it still prints to its log file, and stops as on a first signal.
 
 Progress: with workers, the parent copies each worker's ``[sweep]`` lines to its log and, when stderr is a
 terminal (or ``progress=True``), keeps a bar on stderr below them: runs done of the sweep's, running, failed,
@@ -74,12 +75,13 @@ def _claim(directory: Path) -> Iterator[bool]:
 
 
 def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = False,
-            log=sys.stderr, skip_failed_since: float | None = None) -> str:
+            log=sys.stderr, skip_failed_since: float | None = None, stop_requested=None) -> str:
     """Run (or resume) one configuration of a sweep in this process, if no other process holds it.
 
     Returns ``done`` (finished now or before), ``busy`` (another process holds its claim), ``failed``
     (the trainer raised: the message goes to ``runs/<run_id>/error.txt`` and the run stays resumable)
-    or ``stopped`` (``stop_after_steps`` ended it early, with a checkpoint). Diverged runs are
+    or ``stopped`` (``stop_after_steps`` or ``stop_requested``, passed to the trainer, ended it early, with a
+    checkpoint). Diverged runs are
     ``done``: the trainer records them as censored observations. With ``skip_failed_since`` (a
     ``time.time()``), a run that already failed after that moment is not tried again (``failed``): the
     workers of one sweep invocation try a failing run once, the next invocation retries it.
@@ -102,7 +104,7 @@ def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = Fa
         started, t0 = _now(), time.perf_counter()
         print(f"[sweep] {run.index}: {run.name} ({run.run_id}) started", file=log, flush=True)
         try:
-            records = train(run.config, d)
+            records = train(run.config, d, stop_requested=stop_requested)
         except Exception as e:  # noqa: BLE001 - recorded, reported, and resumable
             msg = f"{type(e).__name__}: {e}".splitlines()[0]
             write_file(d / _ERROR, msg + "\n\n" + traceback.format_exc(), "the error report",
@@ -111,7 +113,8 @@ def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = Fa
             return "failed"
         wall = time.perf_counter() - t0
         if not records:
-            print(f"[sweep] {run.index}: {run.name} stopped early (stop_after_steps); resumable",
+            why = "asked to stop" if stop_requested is not None and stop_requested() else "stop_after_steps"
+            print(f"[sweep] {run.index}: {run.name} stopped early ({why}; checkpoint saved); resumable",
                   file=log, flush=True)
             return "stopped"
         info_path = d / _RUN_INFO
@@ -137,19 +140,18 @@ def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = Fa
 
 def worker_loop(sweep: Sweep, out: str | os.PathLike, runs: Sequence[SweepRun] | None = None,
                 delete_checkpoints: bool = False, log=sys.stderr, since: float | None = None,
-                watch: _ParentWatch | None = None) -> dict[str, str]:
+                stop_requested=None) -> dict[str, str]:
     """Claim and run the sweep's unfinished runs one after another (in this process); merge after each.
 
-    Returns run name -> outcome (see `run_one`) for every run this worker touched or found busy. With `watch`
-    (a worker process's watch on its parent), no further run is claimed once the parent is gone.
+    Returns run name -> outcome (see `run_one`) for every run this worker touched or found busy. Once
+    ``stop_requested()`` says so (a worker's stop signal, or its parent gone), the run in progress stops after
+    its step in flight with a checkpoint, and no further run is claimed.
     """
     outcomes: dict[str, str] = {}
     for run in runs if runs is not None else sweep.runs:
-        if watch is not None:
-            if watch.orphaned:
-                break
-            watch.current = run.directory(out)
-        outcome = run_one(run, out, delete_checkpoints, log, skip_failed_since=since)
+        if stop_requested is not None and stop_requested():
+            break
+        outcome = run_one(run, out, delete_checkpoints, log, skip_failed_since=since, stop_requested=stop_requested)
         outcomes[run.name] = outcome
         if outcome in ("done", "failed", "stopped"):
             merge(out, sweep)
@@ -166,7 +168,7 @@ def _install_sweep_file(sweep: Sweep, out: Path) -> None:
 
 def run_sweep(path: str | os.PathLike, out: str | os.PathLike, workers: int = 1, only: str | None = None,
               index: int | None = None, delete_checkpoints: bool = False, log=sys.stderr,
-              progress: bool | None = None) -> SweepResult:
+              progress: bool | None = None, stop_requested=None) -> SweepResult:
     """Run a sweep file into folder ``out`` (see the module docstring) and merge the results.
 
     Parameters
@@ -180,6 +182,9 @@ def run_sweep(path: str | os.PathLike, out: str | os.PathLike, workers: int = 1,
     log : where the ``[sweep]`` lines go (each worker's are also in ``out/logs/worker-K.log``).
     progress : with workers, a bar on stderr of the runs done, running and failed (`_SweepProgress`); None
         (default): only when stderr is a terminal.
+    stop_requested : with ``only`` or ``index`` (the run trains in this process), a callable asked before
+        each step: once it returns True the run stops with a checkpoint of its last step (`run_one`). Workers
+        get their stop requests from signals (the module docstring).
 
     Returns
     -------
@@ -196,7 +201,7 @@ def run_sweep(path: str | os.PathLike, out: str | os.PathLike, workers: int = 1,
         if index is not None and not 0 <= index < len(sweep.runs):
             raise TrainError(f"--index {index} is outside the sweep's runs 0..{len(sweep.runs) - 1}")
         run = sweep.find(only) if only is not None else sweep.runs[index]
-        outcome = run_one(run, out, delete_checkpoints, log)
+        outcome = run_one(run, out, delete_checkpoints, log, stop_requested=stop_requested)
         if outcome == "busy":
             raise TrainError(f"run {run.name} ({run.run_id}) is being run by another process (its lock "
                              f"{run.directory(out) / '.lock'} is held)")
@@ -258,10 +263,8 @@ def _passing_on(procs: Sequence[subprocess.Popen]) -> Iterator[list[int]]:
         return
 
     def handler(signum, frame):
-        first = not received
         received.append(signum)
-        if first:
-            _signal_workers(procs, signum)
+        _signal_workers(procs, signum)  # every one: a worker stops after its step on the first, at once on the next
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
 
@@ -364,66 +367,58 @@ class _ParentWatch:
     """A worker's watch on the process that started it (a daemon thread polling `os.getppid`).
 
     When the parent is gone (it died without stopping the worker: ``kill -9``), the worker's stderr, a pipe
-    nobody reads any more, is pointed at `log_path`; the run in progress (`current`, its folder) goes on until
-    it writes its next checkpoint, and then the main thread is interrupted (KeyboardInterrupt); `worker_loop`
-    claims no further run (`orphaned`)."""
+    nobody reads any more, is pointed at `log_path`, and `orphaned` turns True: `worker_loop`'s stop request,
+    so the run in progress stops after its step in flight with a checkpoint and no further run is claimed."""
 
     def __init__(self, log_path: Path, poll_s: float = 0.5):
         self.parent = os.getppid()
         self.log_path, self.poll_s = log_path, poll_s
-        self.current: Path | None = None
         self.orphaned = False
         threading.Thread(target=self._watch, name="scalinfer-parent-watch", daemon=True).start()
 
     def _watch(self) -> None:
         while os.getppid() == self.parent:
             time.sleep(self.poll_s)
-        self.orphaned = True
         with contextlib.suppress(OSError):
             self.log_path.parent.mkdir(exist_ok=True)
             fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
             os.dup2(fd, sys.stderr.fileno())
             os.close(fd)
-        print(f"[sweep] worker {os.getpid()}: the sweep's parent process is gone; stopping at the next "
-              f"checkpoint", file=sys.stderr, flush=True)
-        run = self.current
-        seen = _latest_checkpoint(run)
-        while run is self.current and _latest_checkpoint(run) == seen:
-            time.sleep(self.poll_s / 2)
-        if run is self.current:  # a new checkpoint of the same run; else the run ended and no other starts
-            import _thread
-
-            _thread.interrupt_main()
-
-
-def _latest_checkpoint(run_dir: Path | None) -> int:
-    try:
-        return max((int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()), default=-1)
-    except (OSError, TypeError):
-        return -1
+        print(f"[sweep] worker {os.getpid()}: the sweep's parent process is gone; stopping after the current "
+              f"step, with a checkpoint", file=sys.stderr, flush=True)
+        self.orphaned = True
 
 
 def run_worker(sweep_path: str | os.PathLike, out: str | os.PathLike, worker_id: int = 0,
                delete_checkpoints: bool = False, since: float | None = None) -> int:
     """One worker process's work (``python -m scalinfer.cli.sweep`` parses its arguments): load the sweep file
-    and `worker_loop` over its runs in folder ``out``, watching its parent (see the module docstring: SIGTERM
-    stops it as Ctrl-C does, an orphaned worker stops at its run's next checkpoint).
+    and `worker_loop` over its runs in folder ``out``, watching its parent (see the module docstring: the first
+    SIGINT or SIGTERM, or the parent's death, stops the run in progress after its step in flight with a
+    checkpoint; a second signal stops the worker at once).
 
     Returns the worker's exit code: 0 when every run it touched is done (or busy in another worker), 3 when
     some failed or stopped, 2 on a bad sweep file (reported as a ``[sweep]`` line on stderr), 130 on Ctrl-C,
     SIGTERM or the parent's death.
     """
-    def stop(signum, frame):
+    received: list[int] = []
+
+    def at_once(signum, frame):
         raise KeyboardInterrupt
+
+    def first(signum, frame):
+        received.append(signum)
+        for s in _STOP_SIGNALS:
+            signal.signal(s, at_once)
 
     in_main = threading.current_thread() is threading.main_thread()  # where a handler can be set
     # SIGINT too: a worker started from a process that ignores it (a background job of a non-interactive shell,
     # a test runner's worker) inherits SIG_IGN, and would ignore the Ctrl-C its parent passes on
-    previous = {s: signal.signal(s, stop) for s in _STOP_SIGNALS} if in_main else {}
+    previous = {s: signal.signal(s, first) for s in _STOP_SIGNALS} if in_main else {}
     watch = _ParentWatch(Path(out) / "logs" / f"worker-{worker_id}.log")
     try:
         sweep = load_sweep(sweep_path)
-        outcomes = worker_loop(sweep, out, delete_checkpoints=delete_checkpoints, since=since, watch=watch)
+        outcomes = worker_loop(sweep, out, delete_checkpoints=delete_checkpoints, since=since,
+                               stop_requested=lambda: bool(received) or watch.orphaned)
     except ScalinferError as e:
         print(f"[sweep] worker {worker_id}: error: {e}", file=sys.stderr, flush=True)
         return 2
@@ -432,6 +427,6 @@ def run_worker(sweep_path: str | os.PathLike, out: str | os.PathLike, worker_id:
     finally:
         for s, h in previous.items():
             signal.signal(s, signal.SIG_DFL if h is None else h)
-    if watch.orphaned:
+    if received or watch.orphaned:
         return 130
     return 0 if all(v == "done" or v == "busy" for v in outcomes.values()) else 3
