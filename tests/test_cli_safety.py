@@ -376,8 +376,8 @@ def _wait_stopped(pid: int, seconds: float) -> bool:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_to_the_sweep_stops_its_workers(tmp_path, sig):
     """SIGINT or SIGTERM to the sweep's parent (not to its group, as `kill PID` sends it) stops the workers,
-    each after its step in flight with a checkpoint of that step (nothing to redo), and the parent exits once
-    they have: 130 after SIGINT, killed by SIGTERM after SIGTERM."""
+    each after its step in flight with a checkpoint of that step (nothing to redo), and the parent relays their
+    last lines and exits once they have: 130 after SIGINT, killed by SIGTERM after SIGTERM."""
     parent, worker, run_dir = _start_sweep(tmp_path)
     try:
         parent.send_signal(sig)
@@ -387,6 +387,7 @@ def test_signal_to_the_sweep_stops_its_workers(tmp_path, sig):
         assert _wait_stopped(worker, 10), f"worker {worker} still running after the parent got {sig!r}"
         assert parent.returncode == (130 if sig == signal.SIGINT else -signal.SIGTERM), (parent.returncode, err)
         assert _latest(run_dir) == _last_logged_step(run_dir), err
+        assert "stopped early (asked to stop; checkpoint saved)" in err  # the worker's last line, relayed
     finally:
         if parent.poll() is None:
             parent.kill()

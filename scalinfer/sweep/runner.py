@@ -231,8 +231,10 @@ def run_sweep(path: str | os.PathLike, out: str | os.PathLike, workers: int = 1,
                 for p in procs:
                     p.wait()
                 raise
-        if received:  # SIGTERM: the workers have stopped; now this process's own handler (default: exit)
-            signal.raise_signal(received[0])
+        if received:  # the workers have stopped and their last lines are relayed
+            if received[0] == signal.SIGINT:
+                raise KeyboardInterrupt
+            signal.raise_signal(received[0])  # SIGTERM: now this process's own handler (default: exit)
         for k, p in enumerate(procs):
             if p.returncode < 0:
                 failures.append(f"worker {k} (pid {p.pid}) was killed by signal {-p.returncode}")
@@ -252,11 +254,12 @@ def _signal_workers(procs: Sequence[subprocess.Popen], signum: int) -> None:
 
 @contextlib.contextmanager
 def _passing_on(procs: Sequence[subprocess.Popen]) -> Iterator[list[int]]:
-    """While the workers run, SIGINT and SIGTERM to this process are sent on to the workers' process groups;
-    yields the list of the signals received. SIGINT then raises KeyboardInterrupt here as usual; after SIGTERM
-    this process keeps relaying until the workers have stopped. The previous handlers come back on exit. Signal
-    handlers can only be set in the main thread: elsewhere nothing is passed on (workers still stop when this
-    process dies: `_ParentWatch`)."""
+    """While the workers run, SIGINT and SIGTERM to this process are sent on to the workers' process groups
+    (each one: a worker stops after its step in flight on the first, at once on the next); yields the list of
+    the signals received. This process keeps relaying the workers' lines until they have stopped (the caller
+    then acts on the signal), except on a second SIGINT, which raises KeyboardInterrupt here at once. The
+    previous handlers come back on exit. Signal handlers can only be set in the main thread: elsewhere nothing
+    is passed on (workers still stop when this process dies: `_ParentWatch`)."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
@@ -264,8 +267,11 @@ def _passing_on(procs: Sequence[subprocess.Popen]) -> Iterator[list[int]]:
 
     def handler(signum, frame):
         received.append(signum)
-        _signal_workers(procs, signum)  # every one: a worker stops after its step on the first, at once on the next
-        if signum == signal.SIGINT:
+        _signal_workers(procs, signum)
+        if len(received) == 1:
+            print(f"[sweep] {signal.Signals(signum).name}: the workers stop after their current step and save a "
+                  f"checkpoint (Ctrl-C again to stop them at once)", file=sys.stderr, flush=True)
+        if signum == signal.SIGINT and received.count(signal.SIGINT) > 1:
             raise KeyboardInterrupt
 
     previous = {s: signal.signal(s, handler) for s in _STOP_SIGNALS}
