@@ -36,7 +36,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from tqdm import tqdm
 
@@ -75,7 +75,8 @@ def _claim(directory: Path) -> Iterator[bool]:
 
 
 def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = False,
-            log=sys.stderr, skip_failed_since: float | None = None, stop_requested=None) -> str:
+            log=sys.stderr, skip_failed_since: float | None = None,
+            stop_requested: Callable[[], bool] | None = None) -> str:
     """Run (or resume) one configuration of a sweep in this process, if no other process holds it.
 
     Returns ``done`` (finished now or before), ``busy`` (another process holds its claim), ``failed``
@@ -140,7 +141,7 @@ def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = Fa
 
 def worker_loop(sweep: Sweep, out: str | os.PathLike, runs: Sequence[SweepRun] | None = None,
                 delete_checkpoints: bool = False, log=sys.stderr, since: float | None = None,
-                stop_requested=None) -> dict[str, str]:
+                stop_requested: Callable[[], bool] | None = None) -> dict[str, str]:
     """Claim and run the sweep's unfinished runs one after another (in this process); merge after each.
 
     Returns run name -> outcome (see `run_one`) for every run this worker touched or found busy. Once
@@ -168,7 +169,7 @@ def _install_sweep_file(sweep: Sweep, out: Path) -> None:
 
 def run_sweep(path: str | os.PathLike, out: str | os.PathLike, workers: int = 1, only: str | None = None,
               index: int | None = None, delete_checkpoints: bool = False, log=sys.stderr,
-              progress: bool | None = None, stop_requested=None) -> SweepResult:
+              progress: bool | None = None, stop_requested: Callable[[], bool] | None = None) -> SweepResult:
     """Run a sweep file into folder ``out`` (see the module docstring) and merge the results.
 
     Parameters

@@ -33,7 +33,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -273,7 +273,7 @@ class _Runner:
     def run_steps(self, state: TrainState, meta: dict, end_tokens: int, lr_of, log: MetricsLog,
                   on_step=None, stop_after: int | None = None, bar=None,
                   diag_log: MetricsLog | None = None, on_step_due=None,
-                  stop_requested=None) -> tuple[TrainState, dict, str]:
+                  stop_requested: Callable[[], bool] | None = None) -> tuple[TrainState, dict, str]:
         """Train until ``end_tokens`` tokens are seen. Returns (state, meta, status) with status
         ``done``, ``diverged`` or ``stopped`` (after step ``stop_after``, or once ``stop_requested()``, asked
         before each step, says so; the state and ``meta`` are then those after the last step, settled).
@@ -423,7 +423,8 @@ def _fresh_meta() -> dict[str, Any]:
     return {"step": 0, "tokens": 0, "position": 0, "wall_s": 0.0}
 
 
-def train(config: TrainConfig | dict, out_dir: str | Path, stop_requested=None) -> list[dict[str, Any]]:
+def train(config: TrainConfig | dict, out_dir: str | Path,
+          stop_requested: Callable[[], bool] | None = None) -> list[dict[str, Any]]:
     """Train one configuration (resuming from ``out_dir`` if it holds a checkpoint).
 
     ``config`` is a `TrainConfig` or a nested dict laid out like the TOML file (an optional
