@@ -498,7 +498,7 @@ def test_a_finished_run_without_its_sweep_info_is_recovered_and_exported(tmp_pat
     run = sweep.runs[0]
     record = {"run_id": run.run_id, "loss": 3.0, "wall_time_s": 1.5}
 
-    def fake_train(cfg, d):  # what train() leaves behind: the run's own table
+    def fake_train(cfg, d, stop_requested=None):  # what train() leaves behind: the run's own table
         append_records(Path(d) / "runs.jsonl", [record])
         return [record]
 
@@ -523,7 +523,8 @@ def test_full_disk_writing_a_sweep_runs_info_is_a_train_error(tmp_path, monkeypa
     TrainError naming the file and the OS reason, no file or temporary file left in the run's folder."""
     sweep = parse_sweep({"sweep": {"name": "s", "preset": "tiny"}, "run": [{"name": "r"}]}, "s.toml")
     run = sweep.runs[0]
-    monkeypatch.setattr("scalinfer.train.loop.train", lambda cfg, d: [{"run_id": run.run_id, "loss": 3.0}])
+    monkeypatch.setattr("scalinfer.train.loop.train",
+                        lambda cfg, d, stop_requested=None: [{"run_id": run.run_id, "loss": 3.0}])
     _half_write_then_enospc(monkeypatch, "sweep_run.json")
 
     with pytest.raises(TrainError) as info:
@@ -556,7 +557,7 @@ def test_damaged_sweep_info_at_export_is_a_train_error_naming_it(tmp_path, monke
     run = sweep.runs[0]
     record = {"run_id": run.run_id, "loss": 3.0, "wall_time_s": 1.5}
 
-    def fake_train(cfg, d):
+    def fake_train(cfg, d, stop_requested=None):
         append_records(Path(d) / "runs.jsonl", [record])
         return [record]
 
