@@ -133,6 +133,28 @@ def test_stop_and_resume_is_exact(trained, tmp_path):
 
 
 @pytest.mark.slow
+def _signal_mid_run(cmd: list[str], metrics: Path, stderr_log: Path, sig: int) -> tuple[int, str]:
+    """Start the training command `cmd`, send it `sig` once its metrics log has 25 lines, and wait for it to
+    end; returns its exit code and stderr. Its stderr goes to a file, not a pipe: nobody reads a pipe while it
+    runs (a full one would block the child) and a file leaves no handle open after a kill."""
+    with open(stderr_log, "wb") as err:
+        proc = subprocess.Popen(cmd, env=_subprocess_env(), stdout=subprocess.DEVNULL, stderr=err)
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 25:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, f"the run ended before the signal: {stderr_log.read_text()[-2000:]}"
+        proc.send_signal(sig)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, stderr_log.read_text()
+
+
 def test_kill_9_and_resume_is_exact(tmp_path):
     cmd = [sys.executable, "-m", "scalinfer.cli", "train", "--preset", "tiny", *OVERRIDES, "checkpoint_every=10",
            "stop_after_steps=150", "--out", str(tmp_path)]
@@ -146,26 +168,9 @@ def test_kill_9_and_resume_is_exact(tmp_path):
     ref = _losses(ref_dir / "metrics.jsonl")
     tmp_path = tmp_path / "killed"
     cmd[cmd.index(str(tmp_path.parent))] = str(tmp_path)
-    # the child's stderr goes to a file, not a pipe: nobody reads a pipe while it runs (a full one would
-    # block the child) and a file leaves no handle open after the kill
-    stderr_log = tmp_path.parent / "killed-run.stderr"
-    with open(stderr_log, "wb") as err:
-        proc = subprocess.Popen(cmd, env=_subprocess_env(), stdout=subprocess.DEVNULL, stderr=err)
     metrics = tmp_path / "metrics.jsonl"
-    deadline = time.time() + 240
-    try:
-        while time.time() < deadline and proc.poll() is None:
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= 25:
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, f"the run ended before it could be killed: {stderr_log.read_text()[-2000:]}"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    returncode, _ = _signal_mid_run(cmd, metrics, tmp_path.parent / "killed-run.stderr", signal.SIGKILL)
+    assert returncode == -signal.SIGKILL
     assert max(_losses(metrics)) >= 25
     # resume as a user would after a crash: the same command again, in a fresh process with the same
     # environment (in-process JAX may have other devices or float64 switched on by earlier tests, which
@@ -192,26 +197,9 @@ def test_a_signal_stops_the_run_with_a_checkpoint_of_its_last_step(tmp_path, sig
     # `scalinfer train` keeps a signal ignored that it was started ignoring
     launcher = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
                 "sys.argv = ['scalinfer', *sys.argv[1:]]; runpy.run_module('scalinfer.cli', run_name='__main__')")
-    stderr_log = tmp_path / "stderr.log"
-    with open(stderr_log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-c", launcher, *args], env=_subprocess_env(),
-                                stdout=subprocess.DEVNULL, stderr=err)
     metrics = out / "metrics.jsonl"
-    deadline = time.time() + 240
-    try:
-        while time.time() < deadline and proc.poll() is None:
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= 25:
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, f"the run ended before the signal: {stderr_log.read_text()[-2000:]}"
-        proc.send_signal(sig)
-        proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    stderr = stderr_log.read_text()
-    assert proc.returncode == 128 + sig.value, stderr[-2000:]
+    returncode, stderr = _signal_mid_run([sys.executable, "-c", launcher, *args], metrics, tmp_path / "stderr.log", sig)
+    assert returncode == 128 + sig.value, stderr[-2000:]
     logged = sorted(_losses(metrics))
     stop = logged[-1]
     assert logged == list(range(1, stop + 1)) and 25 <= stop < 100     # in the main run, before its branch forks
