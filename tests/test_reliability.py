@@ -472,6 +472,27 @@ def test_full_disk_saving_a_checkpoint_is_a_train_error(tmp_path, monkeypatch):
     ckpt.close()
 
 
+def test_full_disk_writing_a_checkpoints_file_list_is_a_train_error(tmp_path, monkeypatch):
+    """ENOSPC while a step's file list is written (orbax's save of the step itself complete): a one-line TrainError
+    naming the step's folder and the OS reason, saying that a rerun resumes from that very step, no list or
+    temporary file left; and the step restores (checked by orbax alone)."""
+    ckpt = Checkpointer(tmp_path, keep=None)
+    state = {"w": np.arange(8, dtype=np.float32)}
+    ckpt.save(1, state, {"step": 1})
+    with monkeypatch.context() as m:
+        seen = _half_write_then_enospc(m, FILE_LIST)
+        with pytest.raises(TrainError) as info:
+            ckpt.save(2, state, {"step": 2})
+    msg = str(info.value)
+    assert f"checkpoint {tmp_path / '2'} was saved but its {FILE_LIST} could not be written" in msg
+    assert "No space left on device" in msg and "a rerun resumes from step 2" in msg and "\n" not in msg
+    assert seen and not any(p.exists() for p in seen) and not (tmp_path / "2" / FILE_LIST).exists()
+    restored, meta = ckpt.restore_latest(state)
+    assert meta == {"step": 2}
+    np.testing.assert_array_equal(restored["w"], state["w"])
+    ckpt.close()
+
+
 def test_full_disk_appending_metrics_is_a_train_error(tmp_path, monkeypatch):
     """Simulates ENOSPC when the metrics log appends a line: a TrainError naming the log and the OS reason."""
     log = MetricsLog(tmp_path / "metrics.jsonl")
