@@ -10,18 +10,19 @@ import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 
 __all__ = ["stop_on_signal"]
 
 
 @contextlib.contextmanager
-def stop_on_signal(enabled: bool = True):
+def stop_on_signal(enabled: bool = True) -> Iterator[list[signal.Signals]]:
     """While the block runs, the first SIGINT or SIGTERM is appended to the yielded list (the run stops at its
     next step boundary) and announced on stderr, and the previous handlers are put back, so that a second
     signal acts as it would have. Handlers are put back on exit too. Nothing is installed when not
     ``enabled``, off the main thread, or for a signal the process ignores."""
     received: list[signal.Signals] = []
-    previous = {}
+    previous: dict[signal.Signals, object] = {}
 
     def restore():
         while previous:
