@@ -12,8 +12,7 @@ MoE 158 -> 103 ms per step, MFU 24% -> 36%). The models alternate in rounds, and
 judges #26 (``tokens_per_s``, ``mfu``, ``moe_dense_step_ratio``, per preset) comes from the MEDIAN step;
 the table also prints each model's fastest step and the interquartile range of its steps (the spread),
 and the JSON carries ``mfu_fastest`` and ``moe_dense_step_ratio_fastest``, the figures of the fastest
-steps (what entries before 2026-12-06 evening reported). The peak is the fastest matmul of the run
-(a peak is a best case by definition).
+steps. The peak is the fastest matmul of the run (a peak is a best case by definition).
 Diagnostics (`scalinfer.train.diagnostics`): the first MoE preset's step with diagnostics
 (``make_train_step(..., diagnostics=True)``) is timed against its plain step, alternating, in
 CPU seconds of the process (all of XLA's threads; on a loaded machine wall time mostly measures
