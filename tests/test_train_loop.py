@@ -120,6 +120,30 @@ def test_metrics_report_router_and_gradient_noise(trained):
 
 
 @pytest.mark.slow
+def test_a_stop_request_in_a_decay_branch_retrains_the_branch_from_its_fork(trained, tmp_path):
+    """`train(..., stop_requested)` asked to stop 5 steps into the decay branch: it returns [] with the main run
+    recorded and the branch not; the rerun trains the branch again from its fork (its log holds each step once)
+    and its records equal the uninterrupted run's to 1e-6 (the same process, so the same reduction orders)."""
+    ref_out, reference = trained
+
+    def in_the_branch() -> bool:
+        log = next(tmp_path.glob("metrics-*.jsonl"), None)
+        return log is not None and len(log.read_text().splitlines()) >= 5
+
+    assert train(_config(), tmp_path, stop_requested=in_the_branch) == []
+    assert [r["run_id"] for r in read_records(tmp_path / "runs.jsonl")] == [reference[0]["run_id"]]
+    records = train(_config(), tmp_path)
+    assert [r["run_id"] for r in records] == [r["run_id"] for r in reference]
+    np.testing.assert_allclose([r["loss"] for r in records], [r["loss"] for r in reference], rtol=1e-6, atol=0)
+    (branch_log,) = tmp_path.glob("metrics-*.jsonl")
+    steps = [json.loads(line)["step"] for line in branch_log.read_text().splitlines() if "eval_loss" not in line]
+    assert len(steps) == len(set(steps)) and steps == sorted(steps)
+    ref_steps = [json.loads(line)["step"] for line in (ref_out / branch_log.name).read_text().splitlines()
+                 if "eval_loss" not in line]
+    assert steps == ref_steps
+
+
+@pytest.mark.slow
 def test_stop_and_resume_is_exact(trained, tmp_path):
     ref = _losses(trained[0] / "metrics.jsonl")
     assert train(_config("stop_after_steps=30"), tmp_path) == []
