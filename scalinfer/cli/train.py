@@ -55,16 +55,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         records = train(cfg, args.out, stop_requested=lambda: bool(received))
     if not records:
         if received:
+            from scalinfer.train.checkpoint import Checkpointer
+            from scalinfer.train.loop import run_table_path
             from scalinfer.train.records import read_records
 
-            table = Path(cfg.runs_table) if Path(cfg.runs_table).is_absolute() else Path(args.out) / cfg.runs_table
-            if any(r.get("run_id") == run_id_of(cfg) for r in read_records(table)):
+            if any(r.get("run_id") == run_id_of(cfg) for r in read_records(run_table_path(cfg, args.out))):
                 where = "in a decay branch (the main run is done and recorded)"
                 then = "train the branches still missing, each from its fork"
             else:
-                step = max((int(p.name) for p in (Path(args.out) / "checkpoints").iterdir() if p.name.isdigit()),
-                           default=0)
-                where, then = f"at step {step}, its checkpoint saved", "resume"
+                ckpt = Checkpointer(Path(args.out) / "checkpoints", keep=None)
+                where, then = f"at step {ckpt.latest_step()}, its checkpoint saved", "resume"
+                ckpt.close()
             print(f"{cfg.name}: stopped on {received[0].name} {where}; rerun the same command (--out {args.out}) to "
                   f"{then}", file=sys.stderr)
             return 128 + received[0].value

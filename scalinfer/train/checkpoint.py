@@ -16,8 +16,8 @@ Each saved step also lists its files with their sizes and CRC-32 in ``<step>/sca
 restore compares the folder with that list before orbax reads it: a truncated, overwritten or deleted file is
 named at once (`DamagedFile`). Orbax would find the damage too, but it reads a step's arrays concurrently on an
 event loop of its own and closes that loop at the first failed read, with the other reads still in flight;
-each of those later prints a traceback (~1,000 lines on stderr for one damaged checkpoint of the tiny preset,
-around the one-line warning). A step saved without the list (by an earlier version) is left to orbax's checks.
+each of those later prints a traceback, burying the one-line warning. A step saved without the list (by an
+earlier version) is left to orbax's checks.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import orbax.checkpoint as ocp
 from scalinfer import _io
 from scalinfer.errors import TrainError
 
-__all__ = ["Checkpointer", "CheckpointWarning", "DamagedFile"]
+__all__ = ["Checkpointer", "CheckpointWarning", "DamagedFile", "FILE_LIST"]
 
 FILE_LIST = "scalinfer-files.json"  # in each step folder: relative path -> [size in bytes, CRC-32]
 

@@ -54,7 +54,7 @@ from scalinfer.train.optimizer import make_optimizer
 from scalinfer.train.records import MetricsLog, append_records, read_json, read_records, write_file
 from scalinfer.train.token_plan import Branch, Plan, make_plan
 
-__all__ = ["TrainState", "make_train_step", "make_eval_fn", "train", "run_id_of", "tune_malloc"]
+__all__ = ["TrainState", "make_train_step", "make_eval_fn", "train", "run_id_of", "run_table_path", "tune_malloc"]
 
 # Fields that do not change a run's results: a resume may change them.
 _NON_RESULT_FIELDS = ("stop_after_steps", "progress", "log_every", "eval_every", "checkpoint_every",
@@ -419,6 +419,11 @@ def tune_malloc() -> bool:
     return bool(mallopt(M_ARENA_MAX, 1) & mallopt(M_MMAP_MAX, 0) & mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1))
 
 
+def run_table_path(cfg: TrainConfig, out_dir: str | Path) -> Path:
+    """Where `train` appends the run's records: ``runs_table``, relative to ``out_dir`` unless absolute."""
+    return Path(cfg.runs_table) if Path(cfg.runs_table).is_absolute() else Path(out_dir) / cfg.runs_table
+
+
 def _fresh_meta() -> dict[str, Any]:
     return {"step": 0, "tokens": 0, "position": 0, "wall_s": 0.0}
 
@@ -462,7 +467,7 @@ def train(config: TrainConfig | dict, out_dir: str | Path,
     primary = jax.process_index() == 0
     if primary:
         _check_resume_config(out, cfg)
-    table = Path(cfg.runs_table) if Path(cfg.runs_table).is_absolute() else out / cfg.runs_table
+    table = run_table_path(cfg, out)
     done = {r.get("run_id"): r for r in read_records(table)}
     ids = [run_id] + [f"{run_id}-{b.name}" for b in plan.branches]
     if all(i in done for i in ids):
