@@ -22,7 +22,8 @@ import pytest
 
 from scalinfer.errors import TrainError
 from scalinfer.schedules.file import write_schedule
-from scalinfer.train import apply_overrides, param_counts, preset, train
+from scalinfer.train import apply_overrides, param_counts, preset, stop_on_signal, train
+from scalinfer.train.checkpoint import Checkpointer
 from scalinfer.train.config import DataConfig
 from scalinfer.runtime import cache_root
 from scalinfer.train.data import load_corpus, unigram_entropy
@@ -143,6 +144,117 @@ def test_a_stop_request_in_a_decay_branch_retrains_the_branch_from_its_fork(trai
     assert steps == ref_steps
 
 
+def test_stop_on_signal_records_the_first_signal_and_lets_a_second_act():
+    """The first SIGINT inside `stop_on_signal` is recorded, not raised; the handler before it is back at once
+    (a second SIGINT is a KeyboardInterrupt) and after the block; SIGTERM is recorded the same way; a signal the
+    process ignores stays ignored."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with stop_on_signal() as stop:
+            assert not stop() and stop.signal is None
+            signal.raise_signal(signal.SIGINT)
+            assert stop() and stop.signal is signal.SIGINT
+            with pytest.raises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        with stop_on_signal() as stop:
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # else the raise below would kill us
+            signal.raise_signal(signal.SIGTERM)
+            assert stop.signal is signal.SIGTERM
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with stop_on_signal() as stop:
+            signal.raise_signal(signal.SIGINT)
+            assert not stop()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
+@pytest.mark.slow
+def test_an_interrupt_in_python_stops_train_with_a_checkpoint(trained, tmp_path):
+    """A notebook's "interrupt kernel" (SIGINT) during `train(..., stop_requested=stop)` under `stop_on_signal`:
+    no KeyboardInterrupt, `train` returns [] with a checkpoint of the last step it logged, and the rerun continues
+    to the uninterrupted run's losses (to 1e-6: the same process, so the same reduction orders)."""
+    ref = _losses(trained[0] / "metrics.jsonl")
+    asked = 0
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with stop_on_signal() as stop:
+            def stop_requested() -> bool:  # the interrupt arrives while step 37 is in flight
+                nonlocal asked
+                asked += 1
+                if asked == 38:
+                    signal.raise_signal(signal.SIGINT)
+                return stop()
+
+            assert train(_config(), tmp_path, stop_requested=stop_requested) == []
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert stop.signal is signal.SIGINT
+    ckpt = Checkpointer(tmp_path / "checkpoints", keep=None)
+    try:
+        assert ckpt.latest_step() == max(_losses(tmp_path / "metrics.jsonl")) == 37
+    finally:
+        ckpt.close()
+    assert len(train(_config(), tmp_path)) == 2
+    got = _losses(tmp_path / "metrics.jsonl")
+    assert sorted(got) == sorted(ref)
+    np.testing.assert_allclose([got[s] for s in ref], [ref[s] for s in ref], rtol=1e-6, atol=0)
+
+
+@pytest.mark.slow
+def test_a_notebooks_interrupt_kernel_stops_train_with_a_checkpoint(tmp_path):
+    """Jupyter's "interrupt kernel" (jupyter_client's `interrupt_kernel`, a SIGINT to the kernel process) while a
+    cell runs `train` under `stop_on_signal`: the cell ends normally with `[]` and the signal recorded, and the
+    latest checkpoint is the last step logged."""
+    import queue
+
+    from jupyter_client.manager import start_new_kernel
+
+    out = tmp_path / "run"
+    cell = (f"from scalinfer.train import apply_overrides, preset, stop_on_signal, train\n"
+            f"cfg = apply_overrides(preset('tiny'), ['total_tokens=50000000', 'checkpoint_every=100000', "
+            f"'eval_every=0', 'progress=false'])\n"
+            f"with stop_on_signal() as stop:\n"
+            f"    records = train(cfg, {str(out)!r}, stop_requested=stop)\n"
+            f"print('stopped', records, stop.signal.name if stop.signal else None)\n")
+    km, kc = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
+    try:
+        msg_id = kc.execute(cell)
+        metrics, deadline = out / "metrics.jsonl", time.time() + 240
+        while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 25):
+            time.sleep(0.05)
+        km.interrupt_kernel()
+        text, errors = "", []
+        while time.time() < deadline:
+            try:
+                msg = kc.get_iopub_msg(timeout=5)
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                text += msg["content"]["text"]
+            elif msg["msg_type"] == "error":
+                errors.append(msg["content"]["ename"])
+            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    assert not errors, (errors, text[-2000:])
+    assert "stopped [] SIGINT" in text, text[-2000:]
+    ckpt = Checkpointer(out / "checkpoints", keep=None)
+    try:
+        assert ckpt.latest_step() == max(_losses(out / "metrics.jsonl")) >= 25
+    finally:
+        ckpt.close()
+
+
 @pytest.mark.slow
 def test_stop_and_resume_is_exact(trained, tmp_path):
     ref = _losses(trained[0] / "metrics.jsonl")
@@ -156,17 +268,22 @@ def test_stop_and_resume_is_exact(trained, tmp_path):
         train(_config("stop_after_steps=60", "lr=2e-2"), tmp_path)
 
 
-@pytest.mark.slow
-def _signal_mid_run(cmd: list[str], metrics: Path, stderr_log: Path, sig: int) -> tuple[int, str]:
-    """Start the training command `cmd`, send it `sig` once its metrics log has 25 lines, and wait for it to
-    end; returns its exit code and stderr. Its stderr goes to a file, not a pipe: nobody reads a pipe while it
+# `scalinfer ...` with SIGINT set to its default first: a test runner started in the background passes on SIGINT
+# ignored, and `scalinfer train` keeps a signal ignored that it was started ignoring
+_CLI_WITH_SIGINT = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                    "sys.argv = ['scalinfer', *sys.argv[1:]]; runpy.run_module('scalinfer.cli', run_name='__main__')")
+
+
+def _signal_mid_run(cmd: list[str], metrics: Path, stderr_log: Path, sig: int, lines: int = 25) -> tuple[int, str]:
+    """Start the training command `cmd`, send it `sig` once the log `metrics` has `lines` lines, and wait for it
+    to end; returns its exit code and stderr. Its stderr goes to a file, not a pipe: nobody reads a pipe while it
     runs (a full one would block the child) and a file leaves no handle open after a kill."""
     with open(stderr_log, "wb") as err:
         proc = subprocess.Popen(cmd, env=_subprocess_env(), stdout=subprocess.DEVNULL, stderr=err)
     deadline = time.time() + 240
     try:
         while time.time() < deadline and proc.poll() is None:
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= 25:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= lines:
                 break
             time.sleep(0.05)
         assert proc.poll() is None, f"the run ended before the signal: {stderr_log.read_text()[-2000:]}"
@@ -179,6 +296,7 @@ def _signal_mid_run(cmd: list[str], metrics: Path, stderr_log: Path, sig: int) -
     return proc.returncode, stderr_log.read_text()
 
 
+@pytest.mark.slow
 def test_kill_9_and_resume_is_exact(tmp_path):
     cmd = [sys.executable, "-m", "scalinfer.cli", "train", "--preset", "tiny", *OVERRIDES, "checkpoint_every=10",
            "stop_after_steps=150", "--out", str(tmp_path)]
@@ -217,12 +335,9 @@ def test_a_signal_stops_the_run_with_a_checkpoint_of_its_last_step(tmp_path, sig
     out = tmp_path / "run"
     base = ["train", "--preset", "tiny", *OVERRIDES, "checkpoint_every=100000"]
     args = [*base, "--out", str(out)]
-    # SIGINT set to its default first: a test runner started in the background passes on SIGINT ignored, and
-    # `scalinfer train` keeps a signal ignored that it was started ignoring
-    launcher = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                "sys.argv = ['scalinfer', *sys.argv[1:]]; runpy.run_module('scalinfer.cli', run_name='__main__')")
     metrics = out / "metrics.jsonl"
-    returncode, stderr = _signal_mid_run([sys.executable, "-c", launcher, *args], metrics, tmp_path / "stderr.log", sig)
+    returncode, stderr = _signal_mid_run([sys.executable, "-c", _CLI_WITH_SIGINT, *args], metrics,
+                                         tmp_path / "stderr.log", sig)
     assert returncode == 128 + sig.value, stderr[-2000:]
     logged = sorted(_losses(metrics))
     stop = logged[-1]
@@ -242,6 +357,32 @@ def test_a_signal_stops_the_run_with_a_checkpoint_of_its_last_step(tmp_path, sig
     assert done.returncode == 0, done.stderr[-2000:]
     ref = _losses(tmp_path / "reference" / "metrics.jsonl")
     np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(got)], rtol=1e-6, atol=0)
+
+
+@pytest.mark.slow
+def test_a_signal_in_a_decay_branch_says_so_and_the_rerun_trains_the_branch(tmp_path):
+    """Ctrl-C to `scalinfer train` while its decay branch trains: exit 130, stderr says the stop came in a decay
+    branch with the main run recorded (branches keep no checkpoints), and the same command again trains the
+    branch from its fork and records it."""
+    out = tmp_path / "run"
+    # a branch of 90 steps (forked at step 90, 184,320 tokens, it decays to D = 368,640), long enough to be
+    # caught mid-way; the main run decays from step 100 on
+    args = ["train", "--preset", "tiny", *OVERRIDES, "decay=0.5", "decay_points=[0.45]", "--out", str(out)]
+    branch_log = out / "metrics-decay184320.jsonl"
+    returncode, stderr = _signal_mid_run([sys.executable, "-c", _CLI_WITH_SIGINT, *args], branch_log,
+                                         tmp_path / "stderr.log", signal.SIGINT, lines=5)
+    assert returncode == 130, stderr[-2000:]
+    assert ("stopped on SIGINT in a decay branch (the main run is done and recorded); rerun the same command "
+            f"(--out {out}) to train the branches still missing, each from its fork") in stderr, stderr[-2000:]
+    (main,) = read_records(out / "runs.jsonl")
+    assert len(branch_log.read_text().splitlines()) < 90          # stopped mid-branch
+    done = subprocess.run([sys.executable, "-m", "scalinfer.cli", *args], env=_subprocess_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = read_records(out / "runs.jsonl")
+    assert [r["run_id"] for r in records] == [main["run_id"], main["run_id"] + "-decay184320"]
+    steps = [json.loads(line)["step"] for line in branch_log.read_text().splitlines() if "eval_loss" not in line]
+    assert steps == list(range(91, 181))                           # the branch once, from its fork to its end
 
 
 def test_divergence_is_recorded_not_raised(tmp_path):

@@ -26,7 +26,6 @@ import sys
 from typing import Sequence
 
 from scalinfer.cli._args import PRESET_NAMES, add_force, ints, positive
-from scalinfer.cli._signals import stop_on_signal
 from scalinfer.errors import TrainError
 
 __all__ = ["register", "cmd_plan", "cmd_sweep", "worker_main"]
@@ -71,6 +70,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from scalinfer._io import check_output_dir
     from scalinfer.sweep import export, load_sweep, merge, run_status, run_sweep
+    from scalinfer.train.interrupt import stop_on_signal
 
     if args.merge:
         if args.sweep or args.out:
@@ -98,16 +98,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_output_dir(args.out, inputs=[args.sweep], what="sweep folder")
     one = args.only is not None or args.index is not None
     # one run in this process: a signal stops it after its step in flight, with a checkpoint (workers: their own)
-    with stop_on_signal(enabled=one) as received:
+    with stop_on_signal(enabled=one) as stop:
         res = run_sweep(args.sweep, args.out, workers=args.workers, only=args.only, index=args.index,
                         delete_checkpoints=args.delete_checkpoints, progress=args.progress,
-                        stop_requested=lambda: bool(received))
+                        stop_requested=stop)
     _report(res, sys.stderr, one=one)
     if one:
         sweep = load_sweep(args.sweep)
         run = sweep.find(args.only) if args.only is not None else sweep.runs[args.index]
-        if res.status[run.name].state != "done" and received:
-            return 128 + received[0].value
+        if res.status[run.name].state != "done" and stop.signal is not None:
+            return 128 + stop.signal.value
         return 0 if res.status[run.name].state == "done" else 1
     return 0 if res.complete else 1
 

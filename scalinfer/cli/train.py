@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 from scalinfer.cli._args import PRESET_NAMES
-from scalinfer.cli._signals import stop_on_signal
 
 __all__ = ["register", "cmd_train"]
 
@@ -30,6 +29,7 @@ __all__ = ["register", "cmd_train"]
 def cmd_train(args: argparse.Namespace) -> int:
     # no `configure_runtime` here: `train` sets up JAX itself, from its configuration (multihost)
     from scalinfer.train.config import config_to_dict, load_config
+    from scalinfer.train.interrupt import stop_on_signal
     from scalinfer.train.loop import run_id_of, train
     from scalinfer.train.model import flops_per_token, param_counts
     from scalinfer.train.token_plan import make_plan
@@ -51,10 +51,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             "params": counts._asdict(), "flops_per_token": flops_per_token(cfg.model),
         }, indent=2))
         return 0
-    with stop_on_signal(enabled=not cfg.multihost) as received:
-        records = train(cfg, args.out, stop_requested=lambda: bool(received))
+    with stop_on_signal(enabled=not cfg.multihost) as stop:
+        records = train(cfg, args.out, stop_requested=stop)
     if not records:
-        if received:
+        if stop.signal is not None:
             from scalinfer.train.checkpoint import Checkpointer
             from scalinfer.train.loop import run_table_path
             from scalinfer.train.records import read_records
@@ -66,9 +66,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                 ckpt = Checkpointer(Path(args.out) / "checkpoints", keep=None)
                 where, then = f"at step {ckpt.latest_step()}, its checkpoint saved", "resume"
                 ckpt.close()
-            print(f"{cfg.name}: stopped on {received[0].name} {where}; rerun the same command (--out {args.out}) to "
+            print(f"{cfg.name}: stopped on {stop.signal.name} {where}; rerun the same command (--out {args.out}) to "
                   f"{then}", file=sys.stderr)
-            return 128 + received[0].value
+            return 128 + stop.signal.value
         print(f"{cfg.name}: stopped after {cfg.stop_after_steps} steps; rerun with --out {args.out} to resume",
               file=sys.stderr)
         return 0

@@ -82,10 +82,9 @@ def run_one(run: SweepRun, out: str | os.PathLike, delete_checkpoints: bool = Fa
     Returns ``done`` (finished now or before), ``busy`` (another process holds its claim), ``failed``
     (the trainer raised: the message goes to ``runs/<run_id>/error.txt`` and the run stays resumable)
     or ``stopped`` (``stop_after_steps`` or ``stop_requested``, passed to the trainer, ended it early, with a
-    checkpoint). Diverged runs are
-    ``done``: the trainer records them as censored observations. With ``skip_failed_since`` (a
-    ``time.time()``), a run that already failed after that moment is not tried again (``failed``): the
-    workers of one sweep invocation try a failing run once, the next invocation retries it.
+    checkpoint). Diverged runs are ``done``: the trainer records them as censored observations. With
+    ``skip_failed_since`` (a ``time.time()``), a run that already failed after that moment is not tried again
+    (``failed``): the workers of one sweep invocation try a failing run once, the next invocation retries it.
     """
     from scalinfer.train.loop import train
 
@@ -184,8 +183,9 @@ def run_sweep(path: str | os.PathLike, out: str | os.PathLike, workers: int = 1,
     progress : with workers, a bar on stderr of the runs done, running and failed (`_SweepProgress`); None
         (default): only when stderr is a terminal.
     stop_requested : with ``only`` or ``index`` (the run trains in this process), a callable asked before
-        each step: once it returns True the run stops with a checkpoint of its last step (`run_one`). Workers
-        get their stop requests from signals (the module docstring).
+        each step: once it returns True the run stops with a checkpoint of its last step (`run_one`);
+        `scalinfer.train.stop_on_signal` gives one that Ctrl-C sets. Workers get their stop requests from
+        signals (the module docstring).
 
     Returns
     -------

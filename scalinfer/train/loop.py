@@ -277,9 +277,9 @@ class _Runner:
         """Train until ``end_tokens`` tokens are seen. Returns (state, meta, status) with status
         ``done``, ``diverged`` or ``stopped`` (after step ``stop_after``, or once ``stop_requested()``, asked
         before each step, says so; the state and ``meta`` are then those after the last step, settled).
-        ``meta`` carries the data position, tokens seen,
-        wall time and the B_simple moving averages. Steps whose number is a multiple of
-        ``diagnostics_every`` run the diagnostics step and write a line to ``diag_log``.
+        ``meta`` carries the data position, tokens seen, wall time and the B_simple moving averages. Steps
+        whose number is a multiple of ``diagnostics_every`` run the diagnostics step and write a line to
+        ``diag_log``.
 
         The host never waits for a step before it has dispatched the next (as nanodo's loop does): step k's
         metrics are fetched after step k + 1 is on its way, so the host's work (the next batch, the logs)
@@ -436,16 +436,19 @@ def train(config: TrainConfig | dict, out_dir: str | Path,
     ``"preset"`` key names the defaults, else ``tiny``). Returns the run-table records of the main
     run and of each decay branch (all of them, also those written by an earlier, interrupted
     invocation), or ``[]`` when the run stopped before its end: after ``stop_after_steps``, or at the
-    first step boundary where ``stop_requested()`` (a callable, asked before each step; e.g. set by a
-    signal handler, as ``scalinfer train`` does on Ctrl-C) returns True. The main run then saves a
-    checkpoint of its last step, so that a rerun resumes where it stopped; a decay branch stopped so is
-    trained again from its fork by the rerun (branches keep no checkpoints). Records are appended to
-    ``out_dir/runs.jsonl`` (or ``runs_table``).
+    first step boundary where ``stop_requested()`` (a callable, asked before each step) returns True:
+    `scalinfer.train.stop_on_signal` gives one that a Ctrl-C, a notebook's interrupt or a SIGTERM sets, as
+    ``scalinfer train`` uses it. The main run then saves a checkpoint of its last step, so that a rerun
+    resumes where it stopped; a decay branch stopped so is trained again from its fork by the rerun
+    (branches keep no checkpoints). Records are appended to ``out_dir/runs.jsonl`` (or ``runs_table``).
 
     Examples
     --------
     >>> records = train({"preset": "cal-xs", "optimizer": {"lr": 3e-3}, "decay_points": [0.5]},
     ...                 "runs/cal-xs-lr3e-3")                                     # doctest: +SKIP
+    >>> from scalinfer.train import stop_on_signal
+    >>> with stop_on_signal() as stop:   # Ctrl-C: stop after the step in flight, with a checkpoint
+    ...     records = train({"preset": "cal-xs"}, "runs/cal-xs", stop_requested=stop)  # doctest: +SKIP
     """
     if isinstance(config, dict):
         d = dict(config)
