@@ -348,9 +348,14 @@ def _start_sweep(tmp_path: Path):
     # started with SIGINT ignored, as a background job of a non-interactive shell is (and as this test's own
     # process may be under a test runner): the parent's Ctrl-C must still reach and stop its workers, which
     # inherit the ignoring (they ignored it, and the SIGINT case hung, until the workers set their own handler)
-    parent = subprocess.Popen([sys.executable, "-m", "scalinfer.cli", "sweep", str(path), "--out", str(out)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    # (the ignoring is inherited across exec; set here, not in a preexec_fn: forking a process that runs JAX's
+    # threads to run Python in the child is unsafe, and Python warns of it)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        parent = subprocess.Popen([sys.executable, "-m", "scalinfer.cli", "sweep", str(path), "--out", str(out)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     run_dir = load_sweep(path).runs[0].directory(out)
     deadline = time.time() + 120
     while time.time() < deadline:
