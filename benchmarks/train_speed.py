@@ -1,6 +1,11 @@
 """Trainer speed: tokens/s, model FLOPs per token, achieved FLOP/s, MFU, and MoE vs dense step time.
 
     python benchmarks/train_speed.py [--presets cal-m[,cal-s,...]] [--steps 24] [--batch-tokens N]
+    python benchmarks/train_speed.py --presets cal-l,d192x2,d256x2 --diagnostics-every 0 --loop-steps 0
+
+A name ``dWIDTHxLAYERS`` in ``--presets`` (e.g. ``d256x2``) is a model shaped as the calibration presets are
+(heads of 64, ``d_ff`` = width, the same experts and routing) at that width and depth, with cal-l's batch, and its
+dense twin: how the figures move with the model's size beyond the presets.
 
 MFU is measured against this machine's own peak: the best FLOP/s of a large float32 matmul timed
 in the same process (so a busy machine lowers both). Model FLOPs per token are
@@ -34,13 +39,15 @@ import dataclasses
 import importlib.metadata
 import json
 import os
+import re
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scalinfer.train import flops_per_token, init_params, make_optimizer, make_train_step, param_counts, preset
+from scalinfer.train import (
+    TrainConfig, flops_per_token, init_params, make_optimizer, make_train_step, param_counts, preset)
 from scalinfer.train.loop import TrainState, tune_malloc
 
 DIAGNOSTICS_EVERY = 10  # the k the overhead is reported at (diagnostics_every=k)
@@ -116,11 +123,30 @@ def diagnostics_cost(cfg, steps: int, rounds: int, every: int) -> dict:
             "wall_overhead": (wdiag - wplain) / (every * wplain)}
 
 
-def measure(name: str, steps: int, rounds: int, batch_tokens: int | None, peaks: list[float]) -> list[dict]:
-    """Rows for the MoE preset ``name`` and its ``-dense`` twin (appends matmul peaks to ``peaks``)."""
-    cfgs = {name: preset(name), name + "-dense": preset(name + "-dense")}
+def model_pair(name: str, batch_tokens: int | None = None) -> dict[str, TrainConfig]:
+    """The MoE preset ``name`` and its ``-dense`` twin, or for ``dWIDTHxLAYERS`` cal-l's pair reshaped to that width
+    and depth (heads of 64; ``d_ff`` in the same proportion to the width as the preset's), at ``batch_tokens``
+    tokens a step when given."""
+    shape = re.fullmatch(r"d(\d+)x(\d+)", name)
+    if shape is None:
+        cfgs = {name: preset(name), name + "-dense": preset(name + "-dense")}
+    else:
+        d, layers = map(int, shape.groups())
+        cfgs = {}
+        for suffix in ("", "-dense"):
+            base = preset("cal-l" + suffix)
+            m = base.model
+            model = dataclasses.replace(m, d_model=d, n_layers=layers, n_heads=max(1, d // 64),
+                                        d_ff=d * m.d_ff // m.d_model)
+            cfgs[name + suffix] = dataclasses.replace(base, name=name + suffix, model=model)
     if batch_tokens:
         cfgs = {k: dataclasses.replace(c, batch_tokens=batch_tokens, micro_batch_tokens=None) for k, c in cfgs.items()}
+    return cfgs
+
+
+def measure(cfgs: dict[str, TrainConfig], steps: int, rounds: int, peaks: list[float]) -> list[dict]:
+    """Rows for a MoE model and its dense twin, ``cfgs`` in that order (`model_pair`); appends matmul peaks to
+    ``peaks``."""
     # Other work on the machine slows some steps: alternate the models in rounds, so that a slow spell
     # falls on both; the figures are the medians, with the fastest step and the quartiles beside them.
     steppers = {k: Stepper(c) for k, c in cfgs.items()}
@@ -147,18 +173,16 @@ def measure(name: str, steps: int, rounds: int, batch_tokens: int | None, peaks:
     return rows
 
 
-def loop_cost(name: str, steps: int, batch_tokens: int | None) -> dict:
-    """The median step time of `scalinfer.train.train` over `steps` steps of preset `name` (the first two, which
-    compile or warm up, left out), from its metrics log."""
+def loop_cost(cfg: TrainConfig, steps: int) -> dict:
+    """The median step time of `scalinfer.train.train` over `steps` steps of ``cfg`` (the first two, which compile
+    or warm up, left out), from its metrics log."""
     import tempfile
     from pathlib import Path
 
     from scalinfer.train import train
 
-    config = {"preset": name, "stop_after_steps": steps, "log_every": 1, "eval_every": 0, "checkpoint_every": 0,
-              "progress": False}
-    if batch_tokens:
-        config.update(batch_tokens=batch_tokens, micro_batch_tokens=None)
+    config = dataclasses.replace(cfg, stop_after_steps=steps, log_every=1, eval_every=0, checkpoint_every=0,
+                                 progress=False)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         train(config, tmp)
@@ -187,7 +211,8 @@ def main(argv=None) -> dict:
     peaks = [matmul_peak()]
     names = [n.strip() for n in args.presets.split(",") if n.strip()]
     jaxlib_version = importlib.metadata.version("jaxlib")  # the figures move with XLA's releases
-    rows = [r for n in names for r in measure(n, args.steps, args.rounds, args.batch_tokens, peaks)]
+    pairs = {n: model_pair(n, args.batch_tokens) for n in names}
+    rows = [r for n in names for r in measure(pairs[n], args.steps, args.rounds, peaks)]
     peak = max(peaks)
     for r in rows:
         r["mfu"] = r["achieved_flops"] / peak
@@ -211,17 +236,14 @@ def main(argv=None) -> dict:
               f"{ratios_fastest[n]:.2f} of the fastest steps")
     diag = None
     if args.diagnostics_every > 0:
-        cfg = preset(names[0])
-        if args.batch_tokens:
-            cfg = dataclasses.replace(cfg, batch_tokens=args.batch_tokens, micro_batch_tokens=None)
-        diag = diagnostics_cost(cfg, args.steps, args.rounds, args.diagnostics_every)
+        diag = diagnostics_cost(pairs[names[0]][names[0]], args.steps, args.rounds, args.diagnostics_every)
         print(f"{names[0]} diagnostics (median per step, CPU ms / wall ms): plain {diag['plain_cpu_ms']:.1f} / "
               f"{diag['plain_wall_ms']:.1f}, diagnostics step {diag['diag_cpu_ms']:.1f} / {diag['diag_wall_ms']:.1f} "
               f"(x{diag['step_ratio']:.2f} CPU); overhead at diagnostics_every={diag['every']}: "
               f"{diag['overhead']:.1%} CPU, {diag['wall_overhead']:.1%} wall")
     loop = None
     if args.loop_steps > 0:
-        loop = loop_cost(names[0], args.loop_steps, args.batch_tokens)
+        loop = loop_cost(pairs[names[0]][names[0]], args.loop_steps)
         loop["bare_median_ms"] = rows[0]["median_ms"]
         loop["overhead"] = loop["median_ms"] / rows[0]["median_ms"] - 1.0
         print(f"{names[0]} training loop: median step {loop['median_ms']:.1f} ms against the bare step's "
